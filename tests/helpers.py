@@ -1,0 +1,51 @@
+"""The one tolerance helper of the test suite, and small shared utilities."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def tree_allclose(x, y, *, rtol=1e-10, atol=1e-10) -> bool:
+    """True when two pytrees have the same structure and all leaves agree within ``atol + rtol * |y|``."""
+    if jax.tree_util.tree_structure(x) != jax.tree_util.tree_structure(y):
+        return False
+    for a, b in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False):
+            return False
+    return True
+
+
+def assert_tree_allclose(x, y, *, rtol=1e-10, atol=1e-10, msg=""):
+    """Assert :func:`tree_allclose`, printing the largest absolute difference on failure."""
+    if not tree_allclose(x, y, rtol=rtol, atol=atol):
+        leaves_x, leaves_y = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
+        diffs = [
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.shape(a) == np.shape(b) else float("inf")
+            for a, b in zip(leaves_x, leaves_y)
+        ]
+        raise AssertionError(f"{msg} trees differ: max abs diff per leaf {diffs} (rtol={rtol}, atol={atol})")
+
+
+def central_difference(f, x, direction, eps=1e-6):
+    """Central finite difference of ``f`` at ``x`` along ``direction``: error O(eps^2) + O(round-off / eps)."""
+    return (f(x + eps * direction) - f(x - eps * direction)) / (2 * eps)
+
+
+def random_matrix(key, m, n, rank=None, dtype=jnp.float64):
+    """A random m x n matrix of the given rank (full rank by default), singular values in [0.5, 2]."""
+    rank = min(m, n) if rank is None else rank
+    k1, k2, k3 = jax.random.split(key, 3)
+    if rank == 0:
+        return jnp.zeros((m, n), dtype)
+    u, _ = jnp.linalg.qr(jax.random.normal(k1, (m, rank), dtype))
+    v, _ = jnp.linalg.qr(jax.random.normal(k2, (n, rank), dtype))
+    s = jax.random.uniform(k3, (rank,), dtype, 0.5, 2.0)
+    return (u * s) @ v.T
+
+
+def random_spd(key, n, cond=10.0, dtype=jnp.float64):
+    """A random symmetric positive-definite n x n matrix with condition number ``cond``."""
+    q, _ = jnp.linalg.qr(jax.random.normal(key, (n, n), dtype))
+    eig = jnp.geomspace(1.0, cond, n).astype(dtype)
+    return (q * eig) @ q.T

@@ -1,0 +1,14 @@
+"""ukjax: differentiable simulation of constrained mechanical systems with the Udwadia-Kalaba equation.
+
+Public names are re-exported here explicitly; the modules they come from are the documentation of record.
+"""
+
+from ukjax._config import enable_float64_unless_opted_out as _enable_float64
+
+_enable_float64()
+
+from ukjax.linalg import pinv as pinv  # noqa: E402
+from ukjax.linalg import PINV_METHODS as PINV_METHODS  # noqa: E402
+from ukjax.dynamics import uk_acceleration as uk_acceleration  # noqa: E402
+
+__version__ = "0.1.0"
