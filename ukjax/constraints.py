@@ -1,0 +1,213 @@
+"""Constraints and their second-order form ``A(q, q̇, t) q̈ = b(q, q̇, t)``, derived by automatic differentiation.
+
+Every constraint is a pure function of the state and a parameter pytree ``p``; ukjax differentiates it, so users
+never differentiate by hand (Udwadia-Kalaba review, seed 002, Cases I and II; Liu et al. 2015, seed 000,
+eq. 18-23):
+
+* :class:`Holonomic` ``φ(q, t, p) = 0`` (scleronomic or rheonomic). With J = ∂φ/∂q and
+  φ̇ = J q̇ + ∂φ/∂t, differentiating once more gives ``J q̈ = -(∂φ̇/∂q q̇ + ∂φ̇/∂t)``, i.e.
+  ``A = J`` and ``b = -(d/dt φ̇)|_{q̈=0}``, computed as a Jacobian-vector product of φ̇ along (q̇, 0, 1).
+* :class:`Nonholonomic` ``ψ(q, q̇, t, p) = 0``, possibly nonlinear in q̇: ``A = ∂ψ/∂q̇``,
+  ``b = -(∂ψ/∂q q̇ + ∂ψ/∂t)``.
+* :class:`AccelerationLevel` ``A(q, q̇, t, p) q̈ = b(q, q̇, t, p)`` given directly.
+
+Baumgarte stabilization replaces φ̈ = 0 by a damped error equation, with gains read from ``p`` so that
+``jax.grad`` can tune them. The seeds use two conventions; both are offered and named:
+
+* ``form="quadratic"``: φ̈ + 2α φ̇ + β² φ = 0 (Liu et al. 2015, seed 000; de Falco et al., seed 004 eq. 32),
+* ``form="linear"``:    φ̈ + α φ̇ + β φ = 0 (Xu & Liu 2017, seed 001 eq. 52-54).
+
+The same error dynamics in the two conventions: α_linear = 2 α_quadratic, β_linear = β_quadratic².
+First-order (nonholonomic) constraints are stabilized by ψ̇ + κ ψ = 0 with one gain κ.
+Gains may be scalars or arrays with one entry per constraint row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+BAUMGARTE_FORMS = ("quadratic", "linear")
+
+
+class Baumgarte(eqx.Module):
+    """Baumgarte stabilization of a holonomic constraint: ``gains(p) -> (alpha, beta)`` read from parameters.
+
+    ``form="quadratic"`` means φ̈ + 2αφ̇ + β²φ = 0 (seeds 000, 004); ``form="linear"`` means φ̈ + αφ̇ + βφ = 0
+    (seed 001). ``gains`` is a function of the parameter pytree, e.g. ``lambda p: (p["alpha"], p["beta"])``,
+    so the gains are differentiable leaves of ``p``, not constants of the model.
+    """
+
+    gains: Callable[[Any], tuple[Any, Any]] = eqx.field(static=True)
+    form: Literal["quadratic", "linear"] = eqx.field(static=True, default="quadratic")
+
+    def __check_init__(self):
+        if self.form not in BAUMGARTE_FORMS:
+            raise ValueError(f"Baumgarte form must be one of {BAUMGARTE_FORMS}, got {self.form!r}")
+
+    def feedback(self, phi, phi_dot, p):
+        """The stabilizing term subtracted from b: 2αφ̇ + β²φ (quadratic) or αφ̇ + βφ (linear)."""
+        alpha, beta = self.gains(p)
+        if self.form == "quadratic":
+            return 2.0 * alpha * phi_dot + beta**2 * phi
+        return alpha * phi_dot + beta * phi
+
+
+def _as_vector(value, name: str, where: str):
+    value = jnp.asarray(value)
+    if value.ndim == 0:
+        value = value[None]
+    if value.ndim != 1:
+        raise ValueError(f"{where}: {name} must return a vector (k,), got shape {value.shape}")
+    return value
+
+
+def _time_like(t, q):
+    return jnp.asarray(t, dtype=jnp.result_type(q))
+
+
+class Holonomic(eqx.Module):
+    """Position-level constraint ``phi(q, t, p) = 0`` returning a vector of k equations.
+
+    Second-order form (seed 002 Case I): A = ∂φ/∂q, b = -(∂φ̇/∂q q̇ + ∂φ̇/∂t) - stabilization.
+    """
+
+    phi: Callable[..., Any] = eqx.field(static=True)
+    baumgarte: Baumgarte | None = None
+    name: str = eqx.field(static=True, default="holonomic")
+
+    def value(self, q, t, p):
+        return _as_vector(self.phi(q, t, p), "phi", self.name)
+
+    def velocity(self, q, qd, t, p):
+        """φ̇ = J q̇ + ∂φ/∂t, by one forward-mode product."""
+        t = _time_like(t, q)
+        _, phi_dot = jax.jvp(lambda q_, t_: self.value(q_, t_, p), (q, t), (qd, jnp.ones_like(t)))
+        return phi_dot
+
+    def second_order(self, q, qd, t, p):
+        """(A, b) with A q̈ = b equivalent to φ̈ = -(stabilization)."""
+        t = _time_like(t, q)
+        A = jax.jacfwd(self.value, argnums=0)(q, t, p)
+        phi_dot, convective = jax.jvp(
+            lambda q_, t_: self.velocity(q_, qd, t_, p), (q, t), (qd, jnp.ones_like(t))
+        )
+        b = -convective
+        if self.baumgarte is not None:
+            b = b - self.baumgarte.feedback(self.value(q, t, p), phi_dot, p)
+        return A, b
+
+    def residuals(self, q, qd, t, p):
+        """Position and velocity residuals (φ, φ̇)."""
+        return self.value(q, t, p), self.velocity(q, qd, t, p)
+
+
+class Nonholonomic(eqx.Module):
+    """Velocity-level constraint ``psi(q, qd, t, p) = 0`` (linear or nonlinear in q̇), k equations.
+
+    Second-order form (seed 002 Case II; seed 000 eq. 18-23): A = ∂ψ/∂q̇, b = -(∂ψ/∂q q̇ + ∂ψ/∂t) - κψ, where
+    ``gain(p) -> κ`` is optional first-order stabilization ψ̇ + κψ = 0.
+    """
+
+    psi: Callable[..., Any] = eqx.field(static=True)
+    gain: Callable[[Any], Any] | None = eqx.field(static=True, default=None)
+    name: str = eqx.field(static=True, default="nonholonomic")
+
+    def value(self, q, qd, t, p):
+        return _as_vector(self.psi(q, qd, t, p), "psi", self.name)
+
+    def second_order(self, q, qd, t, p):
+        t = _time_like(t, q)
+        A = jax.jacfwd(self.value, argnums=1)(q, qd, t, p)
+        psi, convective = jax.jvp(
+            lambda q_, t_: self.value(q_, qd, t_, p), (q, t), (qd, jnp.ones_like(t))
+        )
+        b = -convective
+        if self.gain is not None:
+            b = b - self.gain(p) * psi
+        return A, b
+
+    def residuals(self, q, qd, t, p):
+        """The velocity residual ψ (there is no position-level residual)."""
+        return (self.value(q, qd, t, p),)
+
+
+class AccelerationLevel(eqx.Module):
+    """A constraint already in second-order form: ``A(q, qd, t, p) q̈ = b(q, qd, t, p)`` (seed 000 eq. 23)."""
+
+    A: Callable[..., Any] = eqx.field(static=True)
+    b: Callable[..., Any] = eqx.field(static=True)
+    name: str = eqx.field(static=True, default="acceleration")
+
+    def second_order(self, q, qd, t, p):
+        A = jnp.asarray(self.A(q, qd, t, p))
+        b = _as_vector(self.b(q, qd, t, p), "b", self.name)
+        if A.ndim == 1:
+            A = A[None, :]
+        return A, b
+
+    def residuals(self, q, qd, t, p):
+        """No state-level residual: the constraint only restricts accelerations."""
+        return ()
+
+
+Constraint = Holonomic | Nonholonomic | AccelerationLevel
+
+
+def second_order_blocks(constraints, q, qd, t, p):
+    """The list of (A_k, b_k), one block per constraint, each checked against the number of coordinates."""
+    n = q.shape[-1]
+    blocks = []
+    for constraint in constraints:
+        A, b = constraint.second_order(q, qd, t, p)
+        if A.ndim != 2 or A.shape[1] != n or A.shape[0] != b.shape[0]:
+            raise ValueError(
+                f"constraint {constraint.name!r} gives A of shape {A.shape} and b of shape {b.shape}; "
+                f"expected (k, {n}) and (k,)"
+            )
+        blocks.append((A, b))
+    return blocks
+
+
+def stack_blocks(blocks, n, dtype):
+    """Stack (A_k, b_k) blocks into one (A, b); an unconstrained system gives A of shape (0, n)."""
+    if not blocks:
+        return jnp.zeros((0, n), dtype), jnp.zeros((0,), dtype)
+    return jnp.concatenate([A for A, _ in blocks]), jnp.concatenate([b for _, b in blocks])
+
+
+def pfaffian_integrability(coefficients, x):
+    """The Frobenius expression A · (∇ × A) of the Pfaffian form A1 dx + A2 dy + A3 dz at the point x (seed 002 eq. 11).
+
+    ``coefficients(x) -> (3,)`` gives (A1, A2, A3) = (α, β, γ) in seed 002's notation.
+    """
+    x = jnp.asarray(x)
+    if x.shape != (3,):
+        raise ValueError(f"a Pfaffian form in three variables needs x of shape (3,), got {x.shape}")
+    a = _as_vector(coefficients(x), "coefficients", "pfaffian")
+    if a.shape != (3,):
+        raise ValueError(f"coefficients must return shape (3,), got {a.shape}")
+    J = jax.jacfwd(lambda x_: _as_vector(coefficients(x_), "coefficients", "pfaffian"))(x)
+    curl = jnp.stack([J[2, 1] - J[1, 2], J[0, 2] - J[2, 0], J[1, 0] - J[0, 1]])
+    return a @ curl
+
+
+def is_holonomic_pfaffian(coefficients, points, *, atol=1e-9):
+    """Whether α dx + β dy + γ dz = 0 is holonomic (integrable), by seed 002 Lemma 1.
+
+    The constraint is holonomic iff α(β_z - γ_y) + β(γ_x - α_z) + γ(α_y - β_x) = 0 identically. The expression is
+    evaluated by automatic differentiation at every row of ``points`` (N, 3) — e.g. random points of the region of
+    interest — and the constraint is declared holonomic when it vanishes (|value| <= atol) at all of them.
+    Returns ``(is_holonomic, max_abs_value)``. A nonzero value anywhere proves nonholonomy; zero at sample points
+    is evidence, not proof, of integrability.
+    """
+    points = jnp.atleast_2d(jnp.asarray(points))
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise ValueError(f"points must have shape (N, 3), got {points.shape}")
+    values = jax.vmap(lambda x: pfaffian_integrability(coefficients, x))(points)
+    worst = jnp.max(jnp.abs(values))
+    return worst <= atol, worst

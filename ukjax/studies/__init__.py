@@ -1,0 +1,20 @@
+"""Registry of the studies that ``ukjax run NAME`` runs and ``experiments/NAME.py`` wraps.
+
+A study module offers ``DESCRIPTION`` (one line), ``add_arguments(parser)`` (its options, with the paper's values
+as defaults) and ``run(args) -> dict`` (writes figures and ``metrics.json`` into ``args.out`` and returns the
+metrics).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# name -> module path; each study adds its own line.
+STUDIES: dict[str, str] = {}
+
+
+def load(name: str):
+    """The study module registered under ``name``."""
+    if name not in STUDIES:
+        raise KeyError(f"unknown study {name!r}; known studies: {', '.join(sorted(STUDIES)) or 'none'}")
+    return importlib.import_module(STUDIES[name])
