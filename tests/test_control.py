@@ -1,0 +1,240 @@
+"""Servo-constraint control (ukjax.control) against references that share no code with it.
+
+References: a NumPy KKT solve containing the passive constraints (with the servo equation solved by NumPy's
+minimum-norm least squares), and seed 000's own x = M^{1/2} q formulation (eq. 24-35) with M^{1/2} from SciPy.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from helpers import assert_tree_allclose, central_difference, random_matrix, random_spd
+
+from ukjax import control
+from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
+from ukjax.system import System
+
+N = 5
+
+
+def _mass(q, t, p):
+    return p["M0"] + jnp.diag(0.1 * jnp.sin(q) ** 2)
+
+
+def _force(q, qd, t, p):
+    return -p["K"] @ q - 0.1 * qd * jnp.abs(qd) + jnp.sin(t)
+
+
+PASSIVE = (
+    Holonomic(
+        lambda q, t, p: jnp.stack([q[0] + 0.3 * jnp.sin(q[1]) - q[2], q[3] * q[4] - 0.2 + 0.1 * t]),
+        baumgarte=Baumgarte(lambda p: (p["alpha_p"], p["beta_p"])),
+        name="passive",
+    ),
+)
+SERVO = (
+    Holonomic(
+        lambda q, t, p: (q[0] + q[3] - jnp.cos(t))[None],
+        baumgarte=Baumgarte(lambda p: (p["alpha"], p["beta"])),
+        name="servo position",
+    ),
+    Nonholonomic(
+        lambda q, qd, t, p: (qd[1] + 0.5 * q[2] * qd[4] - 0.1)[None], gain=lambda p: p["kappa"], name="servo"
+    ),
+)
+
+
+def make_system(passive=PASSIVE):
+    return System(
+        mass=_mass,
+        force=_force,
+        n=N,
+        constraints=passive,
+        actuation=lambda q, t, p: p["B"],
+        servo_constraints=SERVO,
+    )
+
+
+SYSTEM = make_system()
+FREE = make_system(passive=())  # no passive constraints: seed 000 eq. 32 applies literally
+
+
+def make_params(key, n_u):
+    k1, k2, k3 = jax.random.split(key, 3)
+    f = lambda x: jnp.asarray(x, jnp.float64)
+    return {
+        "M0": random_spd(k1, N, cond=10.0),
+        "K": random_matrix(k2, N, N),
+        "B": random_matrix(k3, N, n_u),
+        "alpha_p": f(2.0),
+        "beta_p": f(3.0),
+        "alpha": f(4.0),
+        "beta": f(5.0),
+        "kappa": f(6.0),
+    }
+
+
+def make_state(key):
+    k1, k2 = jax.random.split(key)
+    return jax.random.normal(k1, (N,)), jax.random.normal(k2, (N,)), jnp.asarray(0.7)
+
+
+def numpy_reference(system, q, qd, t, p):
+    """u and q̈ by KKT solves in NumPy: M q̈ - A_pᵀλ = Q + B u, A_p q̈ = b_p; then min-norm lstsq for u."""
+    M = np.asarray(system.mass_matrix(q, t, p))
+    Q = np.asarray(system.given_force(q, qd, t, p))
+    A_p, b_p = (np.asarray(x) for x in system.constraint_equations(q, qd, t, p))
+    servo = System(mass=_mass, force=_force, n=N, constraints=system.servo_constraints)
+    A_s, b_s = (np.asarray(x) for x in servo.constraint_equations(q, qd, t, p))
+    B = np.asarray(p["B"])
+    m = A_p.shape[0]
+    K = np.block([[M, -A_p.T], [A_p, np.zeros((m, m))]])
+    solve = lambda f, rhs: np.linalg.lstsq(K, np.concatenate([f, rhs]), rcond=None)[0][:N]
+    qdd0 = solve(Q, b_p)
+    R = np.stack([solve(B[:, j], np.zeros(m)) for j in range(B.shape[1])], axis=1)
+    u = np.linalg.lstsq(A_s @ R, b_s - A_s @ qdd0, rcond=None)[0]
+    return u, qdd0 + R @ u, (A_p, b_p, A_s, b_s)
+
+
+@pytest.mark.parametrize("n_u", [2, 3, 6])
+def test_matches_kkt_and_enforces_both_constraint_sets(n_u):
+    p = make_params(jax.random.key(n_u), n_u)
+    q, qd, t = make_state(jax.random.key(10 + n_u))
+    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+    u_ref, qdd_ref, (A_p, b_p, A_s, b_s) = numpy_reference(SYSTEM, q, qd, t, p)
+    # cond(M) = 10 and O(1) constraint Jacobians: both solves lose at most a few digits of 1e-16.
+    assert_tree_allclose(out.u, u_ref, rtol=1e-9, atol=1e-9)
+    assert_tree_allclose(out.qdd, qdd_ref, rtol=1e-9, atol=1e-9)
+    assert_tree_allclose(A_p @ np.asarray(out.qdd), b_p, atol=1e-9)
+    assert_tree_allclose(A_s @ np.asarray(out.qdd), b_s, atol=1e-9)
+    assert bool(out.feasible)
+    assert_tree_allclose(control.servo_control(SYSTEM, q, qd, t, p), out.u)
+
+
+@pytest.mark.parametrize("system", [FREE, SYSTEM], ids=["no passive", "passive"])
+def test_matches_seed000_x_formulation(system):
+    """u = (C B̄)⁺ b̄ with C = A M^{-1/2}, B̄ = (I - B̂⁺B̂) M^{-1/2} B, b̄ = b - C M^{-1/2}(Q + Q^c).
+
+    Seed 000 eq. 24-35, with B̄ projected as derived in ukjax.control.
+    """
+    p = make_params(jax.random.key(3), 3)
+    q, qd, t = make_state(jax.random.key(4))
+    M = np.asarray(system.mass_matrix(q, t, p))
+    Q = np.asarray(system.given_force(q, qd, t, p))
+    A_p, b_p = (np.asarray(x) for x in system.constraint_equations(q, qd, t, p))
+    A_s, b_s = (np.asarray(x) for x in control._servo_view(system).constraint_equations(q, qd, t, p))
+    Mh = np.real(scipy.linalg.sqrtm(M))
+    Mih = np.linalg.inv(Mh)
+    B_hat = A_p @ Mih
+    Bh_pinv = np.linalg.pinv(B_hat) if A_p.size else np.zeros((N, 0))
+    Qc = Mh @ Bh_pinv @ (b_p - A_p @ np.linalg.solve(M, Q))  # seed 000 eq. 14
+    a = Mih @ (Q + Qc)
+    C = A_s @ Mih
+    B_bar = (np.eye(N) - Bh_pinv @ B_hat) @ Mih @ np.asarray(p["B"])
+    u_ref = np.linalg.pinv(C @ B_bar) @ (b_s - C @ a)
+    # sqrtm of a cond-10 matrix is accurate to ~1e-13; the comparison allows a few orders more.
+    assert_tree_allclose(control.servo_control(system, q, qd, t, p), u_ref, rtol=1e-9, atol=1e-9)
+
+
+def test_null_space_choice_and_minimum_norm():
+    p = make_params(jax.random.key(5), 6)
+    q, qd, t = make_state(jax.random.key(6))
+    s_fn = lambda q, qd, t, p: jnp.arange(6.0) - 2.0 + q[0]
+    u0 = control.servo_control(SYSTEM, q, qd, t, p)
+    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p, s=s_fn)
+    eq = control.servo_equation(SYSTEM, q, qd, t, p)
+    # Any s keeps D u = r; the difference lies in ker D; s = 0 is the shortest (seed 000 eq. 30).
+    assert_tree_allclose(eq.D @ out.u, eq.r, atol=1e-9)
+    assert_tree_allclose(eq.D @ (out.u - u0), jnp.zeros(2), atol=1e-9)
+    assert float(jnp.linalg.norm(u0)) < float(jnp.linalg.norm(out.u))
+    assert float(jnp.max(jnp.abs(out.u - u0))) > 1e-3
+
+
+def test_underactuated_inconsistent_is_reported_not_nan():
+    # One actuator for two servo rows: D (2 x 1) generically has rank 1 and r is not in its range.
+    p = make_params(jax.random.key(7), 1)
+    q, qd, t = make_state(jax.random.key(8))
+    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+    report = control.controllability(SYSTEM, q, qd, t, p)
+    assert not bool(out.feasible) and not bool(report.feasible)
+    assert int(report.rank) == 1 and float(report.residual) > 1e-3
+    assert np.all(np.isfinite(out.u)) and np.all(np.isfinite(out.qdd))
+    u_ref, _, _ = numpy_reference(SYSTEM, q, qd, t, p)  # least squares when no exact control exists
+    assert_tree_allclose(out.u, u_ref, rtol=1e-9, atol=1e-9)
+
+
+def test_actuators_that_cannot_reach_the_servo_constraint():
+    # Diagonal M, no coupling: a force on q[2] cannot change q̈[0] + q̈[3] (rank C B̄ = 0, seed 000 Theorem 1).
+    system = System(
+        mass=lambda q, t, p: jnp.eye(N),
+        force=lambda q, qd, t, p: jnp.ones(N),
+        n=N,
+        actuation=lambda q, t, p: jnp.eye(N)[:, 2:3],
+        servo_constraints=SERVO[:1],
+    )
+    p = make_params(jax.random.key(9), 1)
+    q, qd, t = make_state(jax.random.key(10))
+    report = control.controllability(system, q, qd, t, p)
+    assert int(report.rank) == 0 and not bool(report.feasible)
+    assert_tree_allclose(control.servo_control(system, q, qd, t, p), jnp.zeros(1))
+
+
+@jax.jit
+def _u_and_residual(q, qd, t, p):
+    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+    return out.u, out.servo_residual, out.feasible
+
+
+def test_jit_vmap_and_servo_residual():
+    p = make_params(jax.random.key(11), 3)
+    qs, qds, ts = jax.vmap(make_state)(jax.random.split(jax.random.key(12), 3))
+    u_b, res_b, ok_b = jax.vmap(_u_and_residual, in_axes=(0, 0, 0, None))(qs, qds, ts, p)
+    for i in range(3):
+        plain = control.closed_loop_acceleration(SYSTEM, qs[i], qds[i], ts[i], p)
+        # jit/vmap reorder floating-point operations only.
+        assert_tree_allclose(u_b[i], plain.u, rtol=1e-12, atol=1e-12)
+        expected = jnp.concatenate([SERVO[0].value(qs[i], ts[i], p), SERVO[1].value(qs[i], qds[i], ts[i], p)])
+        assert_tree_allclose(res_b[i], expected, rtol=1e-14, atol=1e-14)
+    assert bool(jnp.all(ok_b))
+
+
+def test_gradient_with_respect_to_servo_gains():
+    p = make_params(jax.random.key(13), 3)
+    q, qd, t = make_state(jax.random.key(14))
+
+    def loss(gains):
+        p2 = {**p, "alpha": gains[0], "beta": gains[1], "kappa": gains[2]}
+        return jnp.sum(jnp.sin(_u_and_residual(q, qd, t, p2)[0]))
+
+    gains = jnp.array([4.0, 5.0, 6.0])
+    grad = jax.grad(loss)(gains)
+    for i in range(3):
+        e = jnp.zeros(3).at[i].set(1.0)
+        # O(eps²) truncation with eps = 1e-5 on O(10) second derivatives, plus round-off 1e-16/1e-5.
+        assert_tree_allclose(grad[i], central_difference(loss, gains, e, eps=1e-5), rtol=1e-6, atol=1e-7)
+
+
+def test_bad_shapes_raise():
+    p = make_params(jax.random.key(15), 3)
+    q, qd, t = make_state(jax.random.key(16))
+    with pytest.raises(ValueError, match=r"shape"):
+        control.closed_loop_acceleration(SYSTEM, q[:3], qd, t, p)
+    with pytest.raises(ValueError, match=r"\(5, n_u\)"):
+        control.servo_control(SYSTEM, q, qd, t, {**p, "B": jnp.ones((4, 3))})
+    with pytest.raises(ValueError, match="actuation"):
+        control.servo_control(System(mass=_mass, force=_force, n=N, servo_constraints=SERVO), q, qd, t, p)
+    with pytest.raises(ValueError, match=r"s must have shape"):
+        control.constraint_following_control(jnp.ones((2, 3)), jnp.ones(2), jnp.ones(2))
+
+
+def test_consistent_state_satisfies_position_and_velocity_constraints():
+    p = make_params(jax.random.key(17), 3)
+    q, qd, t = make_state(jax.random.key(18))
+    q0, qd0 = jax.jit(lambda q, qd: control.consistent_state(SYSTEM, 0.3 * q, qd, t, p))(q, qd)
+    pos, vel = SYSTEM.residuals(q0, qd0, t, p)
+    # Newton converges quadratically; 30 steps leave round-off only.
+    assert_tree_allclose(pos, jnp.zeros(2), atol=1e-12)
+    assert_tree_allclose(vel, jnp.zeros(2), atol=1e-12)
+    servo = control.servo_residual(SYSTEM, q0, qd0, t, p, jnp.zeros(N))
+    assert_tree_allclose(servo, jnp.zeros(2), atol=1e-12)
