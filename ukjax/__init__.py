@@ -10,5 +10,9 @@ _enable_float64()
 from ukjax.linalg import pinv as pinv  # noqa: E402
 from ukjax.linalg import PINV_METHODS as PINV_METHODS  # noqa: E402
 from ukjax.dynamics import uk_acceleration as uk_acceleration  # noqa: E402
+from ukjax.control import ClosedLoop as ClosedLoop  # noqa: E402
+from ukjax.control import closed_loop_acceleration as closed_loop_acceleration  # noqa: E402
+from ukjax.control import consistent_state as consistent_state  # noqa: E402
+from ukjax.control import servo_control as servo_control  # noqa: E402
 
 __version__ = "0.1.0"
