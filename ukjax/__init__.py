@@ -14,5 +14,9 @@ from ukjax.control import ClosedLoop as ClosedLoop  # noqa: E402
 from ukjax.control import closed_loop_acceleration as closed_loop_acceleration  # noqa: E402
 from ukjax.control import consistent_state as consistent_state  # noqa: E402
 from ukjax.control import servo_control as servo_control  # noqa: E402
+from ukjax.simulate import RESULTS as RESULTS  # noqa: E402
+from ukjax.simulate import Solution as Solution  # noqa: E402
+from ukjax.simulate import simulate as simulate  # noqa: E402
+from ukjax.simulate import simulate_batch as simulate_batch  # noqa: E402
 
 __version__ = "0.1.0"
