@@ -1,7 +1,7 @@
-"""Constraints and their second-order form ``A(q, q̇, t) q̈ = b(q, q̇, t)``, derived by automatic differentiation.
+"""Constraints and their second-order form ``A(q, q̇, t) q̈ = b(q, q̇, t)``, derived by autodiff.
 
-Every constraint is a pure function of the state and a parameter pytree ``p``; ukjax differentiates it, so users
-never differentiate by hand (Udwadia-Kalaba review, seed 002, Cases I and II; Liu et al. 2015, seed 000,
+Every constraint is a pure function of the state and a parameter pytree ``p``; ukjax differentiates it, so
+users never differentiate by hand (Udwadia-Kalaba review, seed 002, Cases I and II; Liu et al. 2015, seed 000,
 eq. 18-23):
 
 * :class:`Holonomic` ``φ(q, t, p) = 0`` (scleronomic or rheonomic). With J = ∂φ/∂q and
@@ -24,6 +24,7 @@ Gains may be scalars or arrays with one entry per constraint row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -181,33 +182,62 @@ def stack_blocks(blocks, n, dtype):
 
 
 def pfaffian_integrability(coefficients, x):
-    """The Frobenius expression A · (∇ × A) of the Pfaffian form A1 dx + A2 dy + A3 dz at the point x (seed 002 eq. 11).
+    """The Frobenius expression A · (∇ × A) of A1 dx + A2 dy + A3 dz = 0 at the point x (seed 002 eq. 11).
 
     ``coefficients(x) -> (3,)`` gives (A1, A2, A3) = (α, β, γ) in seed 002's notation.
     """
     x = jnp.asarray(x)
     if x.shape != (3,):
         raise ValueError(f"a Pfaffian form in three variables needs x of shape (3,), got {x.shape}")
-    a = _as_vector(coefficients(x), "coefficients", "pfaffian")
-    if a.shape != (3,):
-        raise ValueError(f"coefficients must return shape (3,), got {a.shape}")
-    J = jax.jacfwd(lambda x_: _as_vector(coefficients(x_), "coefficients", "pfaffian"))(x)
-    curl = jnp.stack([J[2, 1] - J[1, 2], J[0, 2] - J[2, 0], J[1, 0] - J[0, 1]])
-    return a @ curl
+    return frobenius_terms(coefficients, x)[0]
+
+
+def frobenius_terms(coefficients, x):
+    """Every component of ω ∧ dω for the Pfaffian form ω = Σ_i a_i(x) dx_i in k >= 3 variables, at x.
+
+    One value per triple i < j < l (lexicographic order), a_i(∂_l a_j - ∂_j a_l) + a_j(∂_i a_l - ∂_l a_i)
+    + a_l(∂_j a_i - ∂_i a_j); for k = 3 the single value is seed 002 eq. 11 (Lemma 1). By Frobenius' theorem
+    ω = 0 is holonomic (has an integrating factor) iff all of them vanish identically. A rheonomic constraint
+    Σ A_j(q, t) q̇_j + c(q, t) = 0 (seed 002 eq. 21-22) is the form in the k = n + 1 variables (q, t) with
+    coefficients (A_1, ..., A_n, c).
+    """
+    x = jnp.asarray(x)
+    if x.ndim != 1 or x.shape[0] < 3:
+        raise ValueError(f"a Pfaffian form needs a point x of shape (k,) with k >= 3, got {x.shape}")
+    k = x.shape[0]
+
+    def form(x_):
+        a_ = _as_vector(coefficients(x_), "coefficients", "pfaffian")
+        if a_.shape != (k,):
+            raise ValueError(f"coefficients(x) for x of shape ({k},) must have shape ({k},), got {a_.shape}")
+        return a_
+
+    a = form(x)
+    J = jax.jacfwd(form)(x)  # J[i, j] = ∂a_i/∂x_j
+    values = [
+        a[i] * (J[j, l] - J[l, j]) + a[j] * (J[l, i] - J[i, l]) + a[l] * (J[i, j] - J[j, i])
+        for i, j, l in itertools.combinations(range(k), 3)
+    ]
+    return jnp.stack(values)
 
 
 def is_holonomic_pfaffian(coefficients, points, *, atol=1e-9):
-    """Whether α dx + β dy + γ dz = 0 is holonomic (integrable), by seed 002 Lemma 1.
+    """Whether the Pfaffian constraint Σ_i a_i dx_i = 0 is holonomic (integrable), by seed 002 Lemma 1.
 
-    The constraint is holonomic iff α(β_z - γ_y) + β(γ_x - α_z) + γ(α_y - β_x) = 0 identically. The expression is
-    evaluated by automatic differentiation at every row of ``points`` (N, 3) — e.g. random points of the region of
-    interest — and the constraint is declared holonomic when it vanishes (|value| <= atol) at all of them.
-    Returns ``(is_holonomic, max_abs_value)``. A nonzero value anywhere proves nonholonomy; zero at sample points
-    is evidence, not proof, of integrability.
+    With three variables (α dx + β dy + γ dz = 0) it is holonomic iff α(β_z - γ_y) + β(γ_x - α_z) + γ(α_y -
+    β_x) = 0 identically; with k > 3 variables (e.g. (x, y, z, t) for a rheonomic constraint, seed 002
+    Example 3) every component of ω ∧ dω must vanish (:func:`frobenius_terms`); with k = 2 every form is
+    integrable. The expressions are evaluated by automatic differentiation at every row of ``points`` (N, k)
+    — e.g. random points of the region of interest — and the constraint is declared holonomic when they
+    vanish (|value| <= atol) at all of them. Returns ``(is_holonomic, max_abs_value)``. A nonzero value
+    anywhere proves nonholonomy; zero at sample points is evidence, not proof, of integrability.
     """
     points = jnp.atleast_2d(jnp.asarray(points))
-    if points.ndim != 2 or points.shape[1] != 3:
-        raise ValueError(f"points must have shape (N, 3), got {points.shape}")
-    values = jax.vmap(lambda x: pfaffian_integrability(coefficients, x))(points)
+    if points.ndim != 2 or points.shape[1] < 2:
+        raise ValueError(f"points must have shape (N, k) with k >= 2 variables, got {points.shape}")
+    if points.shape[1] == 2:
+        zero = jnp.zeros((), jnp.result_type(points.dtype, float))
+        return jnp.array(True), zero
+    values = jax.vmap(lambda x: frobenius_terms(coefficients, x))(points)
     worst = jnp.max(jnp.abs(values))
     return worst <= atol, worst
