@@ -1,0 +1,338 @@
+"""Throughput of a batch of constrained SCARA robots: NumPy loop vs naive JAX vs ukjax.
+
+Every contender integrates the same right-hand side, the SCARA of Xu & Liu 2017 (seed 001: M, C, G eq.
+34-36, task-space trajectory constraint eq. 48, Baumgarte stabilization φ̈ + αφ̇ + βφ = 0 eq. 52-54 with
+α = 0.5, β = 200) closed by the Udwadia-Kalaba equation, over the same time span, with the same fixed-step
+integrator (Tsit5, ukjax's default solver: 5th order, six evaluations per step) and the same number of steps:
+
+(a) ``numpy``: NumPy, one scenario at a time, stepped by a Python loop; q̈ = a + M^{-1/2}(A M^{-1/2})⁺(b - A a)
+    with M^{±1/2} from ``np.linalg.eigh`` and ``np.linalg.pinv`` (seed 001 eq. 50-51). It is timed on a few
+    scenarios and its per-scenario-step cost is extrapolated to the batch (the table says so).
+(b) ``naive_jax``: the same closed-form right-hand side in ``jax.numpy`` with ``jnp.linalg.pinv(A M^{-1/2})``,
+    ``vmap`` over the batch, its own Tsit5 loop (``lax.scan``, diffrax's Butcher tableau), ``jit``.
+(c) ``ukjax``: ``ukjax.simulate_batch`` on ``ukjax.models.scara`` (constraints differentiated automatically),
+    fixed step, default solver (``diffrax.Tsit5``) and default UK method.
+
+Reported per batch size: scenario-steps per second (one step of one scenario = one scenario-step), compile
+time, the largest end-of-run constraint violation |φ(t1)| over the batch and the largest end-state difference
+to ukjax (both show that the same work was done). Results go to
+``benchmarks/results/throughput-<machine>.json``.
+
+    python3 benchmarks/throughput.py                      # float64, batch sizes 1 64 1024 8192
+    python3 benchmarks/throughput.py --float32            # also float32, with its error against float64
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import time
+from pathlib import Path
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax.studies._common import environment, write_json
+
+# Seed 001, "Numerical simulations" and "Error reducing": the paper's values, in SI units.
+PAPER = {
+    "m1": 20.0, "m2": 15.0, "m3": 15.0, "m4": 0.5,
+    "l0": 0.0, "l1": 0.2, "l2": 0.25, "r1": 0.1, "r2": 0.125,
+    "Iz1": 0.27, "Iz2": 0.31, "Iz3": 0.02, "Iz4": 0.0001,
+    "g": 9.81, "alpha": 0.5, "beta": 200.0,
+}  # fmt: skip
+# Trajectory of eq. 40: x = R sin(ωt), y = Y + R cos(ωt), z = V t.
+RADIUS, CENTRE_Y, OMEGA, RISE = 0.05, 0.35, 0.4 * np.pi, 0.02
+# ukjax's default solver, used by every contender (diffrax has no classical RK4).
+TABLEAU = diffrax.Tsit5.tableau
+
+
+# -------------------------------------------------------------------------- the closed-form model of (a), (b)
+def scara_terms(xp, q, qd, t, p):
+    """M, Q = -C q̇ - G, A, b (with Baumgarte terms) and φ of the SCARA (seed 001 eq. 34-36, 48, 54).
+
+    ``xp`` is ``numpy`` or ``jax.numpy``; the same code is the NumPy and the naive-JAX model.
+    """
+    q1, q2, q3, q4 = q[0], q[1], q[2], q[3]
+    v1, v2 = qd[0], qd[1]
+    l1, l2 = p["l1"], p["l2"]
+    a_ = p["Iz1"] + p["r1"] ** 2 * p["m1"] + l1**2 * (p["m2"] + p["m3"] + p["m4"])
+    b_ = p["Iz2"] + p["Iz3"] + p["Iz4"] + l2**2 * (p["m3"] + p["m4"]) + p["m2"] * p["r2"] ** 2
+    g_ = l1 * l2 * (p["m3"] + p["m4"]) + l1 * p["m2"] * p["r2"]
+    d_ = p["Iz3"] + p["Iz4"]
+    c2, s2 = xp.cos(q2), xp.sin(q2)
+    zero = 0.0 * q1
+    M = xp.stack([
+        xp.stack([a_ + b_ + 2 * g_ * c2, b_ + g_ * c2, d_ + zero, zero]),
+        xp.stack([b_ + g_ * c2, b_ + zero, d_ + zero, zero]),
+        xp.stack([d_ + zero, d_ + zero, d_ + zero, zero]),
+        xp.stack([zero, zero, zero, p["m4"] + zero]),
+    ])  # fmt: skip
+    Cqd = xp.stack([-g_ * s2 * v2 * v1 - g_ * s2 * (v1 + v2) * v2, g_ * s2 * v1**2, zero, zero])
+    G = xp.stack([zero, zero, zero, p["m4"] * p["g"] + zero])
+    Q = -Cqd - G
+    c1, s1, c12, s12 = xp.cos(q1), xp.sin(q1), xp.cos(q1 + q2), xp.sin(q1 + q2)
+    swt, cwt = xp.sin(OMEGA * t), xp.cos(OMEGA * t)
+    one = 1.0 + zero
+    A = xp.stack([
+        xp.stack([-l1 * c1 - l2 * c12, -l2 * c12, zero, zero]),
+        xp.stack([-l1 * s1 - l2 * s12, -l2 * s12, zero, zero]),
+        xp.stack([one, one, one, zero]),
+        xp.stack([zero, zero, zero, one]),
+    ])  # fmt: skip
+    phi = xp.stack([
+        -l1 * s1 - l2 * s12 - RADIUS * swt,
+        l1 * c1 + l2 * c12 - CENTRE_Y - RADIUS * cwt,
+        q1 + q2 + q3,
+        q4 + p["l0"] - RISE * t,
+    ])  # fmt: skip
+    phi_dot = A @ qd - xp.stack([RADIUS * OMEGA * cwt, -RADIUS * OMEGA * swt, zero, RISE + zero])
+    w12 = v1 + v2
+    convective = xp.stack([
+        -l1 * s1 * v1**2 - l2 * s12 * w12**2 - RADIUS * OMEGA**2 * swt,
+        l1 * c1 * v1**2 + l2 * c12 * w12**2 - RADIUS * OMEGA**2 * cwt,
+        zero,
+        zero,
+    ])  # fmt: skip
+    b = convective - p["alpha"] * phi_dot - p["beta"] * phi
+    return M, Q, A, b, phi
+
+
+def uk_sqrt_form(xp, linalg, q, qd, t, p):
+    """q̈ = a + M^{-1/2}(A M^{-1/2})⁺(b - A a), a = M⁻¹Q (seed 001 eq. 50-51), by eigh and an SVD pinv."""
+    M, Q, A, b, _ = scara_terms(xp, q, qd, t, p)
+    w, V = linalg.eigh(M)
+    M_inv_sqrt = (V / xp.sqrt(w)) @ V.T
+    a = linalg.solve(M, Q)
+    return a + M_inv_sqrt @ (linalg.pinv(A @ M_inv_sqrt) @ (b - A @ a))
+
+
+def erk_step(f, t, q, qd, k0, dt):
+    """One step of diffrax's Tsit5 (its Butcher tableau, first-same-as-last) for q̇ = v, v̇ = f(t, q, v).
+
+    ``k0 = f(t, q, qd)``; returns (q, qd, f at the new state), so every step costs six evaluations of f,
+    as in diffrax.
+    """
+    ks = [(qd, k0)]
+    for c, row in zip(TABLEAU.c, TABLEAU.a_lower, strict=True):
+        yq = q + dt * sum(float(a) * kq for a, (kq, _) in zip(row, ks, strict=False))
+        yv = qd + dt * sum(float(a) * kv for a, (_, kv) in zip(row, ks, strict=False))
+        ks.append((yv, f(t + float(c) * dt, yq, yv)))
+    weights = [float(b) for b in TABLEAU.b_sol]
+    q = q + dt * sum(b * kq for b, (kq, _) in zip(weights, ks, strict=True) if b)
+    qd = qd + dt * sum(b * kv for b, (_, kv) in zip(weights, ks, strict=True) if b)
+    return q, qd, ks[-1][1]
+
+
+# ------------------------------------------------------------------------------------------------- contenders
+def run_numpy(q0, qd0, steps, dt, params):
+    """(a): one scenario at a time, a Python loop of Tsit5 steps; the final (q, qd) of every scenario."""
+    f = lambda t, q, qd: uk_sqrt_form(np, np.linalg, q, qd, t, params)
+    out_q, out_qd = [], []
+    for q, qd in zip(q0, qd0, strict=True):
+        k = f(0.0, q, qd)
+        for step in range(steps):
+            q, qd, k = erk_step(f, step * dt, q, qd, k, dt)
+        out_q.append(q)
+        out_qd.append(qd)
+    return np.stack(out_q), np.stack(out_qd)
+
+
+def naive_jax(q0, qd0, params, dt, *, steps):
+    """(b): vmap of a lax.scan Tsit5 loop over the closed-form right-hand side with ``jnp.linalg.pinv``."""
+    f = lambda t, q, qd: uk_sqrt_form(jnp, jnp.linalg, q, qd, t, params)
+
+    def one(q, qd):
+        def body(carry, step):
+            q, qd, k = carry
+            return erk_step(f, step * dt, q, qd, k, dt), None
+
+        start = (q, qd, f(jnp.zeros((), q.dtype), q, qd))
+        (q, qd, _), _ = jax.lax.scan(body, start, jnp.arange(steps, dtype=q.dtype))
+        return q, qd
+
+    return jax.vmap(one)(q0, qd0)
+
+
+def ukjax_batch(system, q0, qd0, params, dt, *, steps):
+    """(c): ``ukjax.simulate_batch``, fixed-step Tsit5 (its default solver), default UK method, saving the
+    final state only."""
+    t1 = steps * dt
+    sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=jnp.asarray([t1], dtype=q0.dtype), dt=dt)
+    return sol.q[:, -1], sol.qd[:, -1]
+
+
+def max_violation(q, steps, dt, params):
+    """max over the batch of |φ(q, t1)|, evaluated in NumPy float64 from the final states."""
+    t1 = steps * dt
+    phis = [scara_terms(np, np.asarray(qi, np.float64), np.zeros(4), t1, params)[4] for qi in np.asarray(q)]
+    return float(np.max(np.abs(phis)))
+
+
+def scenarios(base, batch, seed, dtype):
+    """The paper's (constraint-incompatible) initial state ``base = (q0, qd0)`` of ``ukjax.models.scara``,
+    perturbed: 1° on the angles, 1 mm on q4, 1 % on q̇."""
+    rng = np.random.default_rng(seed)
+    q0 = np.asarray(base[0]) + rng.normal(0.0, 1.0, (batch, 4)) * np.array([np.deg2rad(1.0)] * 3 + [1e-3])
+    qd0 = np.asarray(base[1]) * (1 + 0.01 * rng.normal(0.0, 1.0, (batch, 4)))
+    return q0.astype(dtype), qd0.astype(dtype)
+
+
+def timed_jit(fn, *args, repeats):
+    """(compile seconds, best run seconds of ``repeats``, outputs) of ``jax.jit(fn)`` applied to ``args``."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        best = min(best, time.perf_counter() - start)
+    return compile_s, best, out
+
+
+def scara_model_params(dtype):
+    """The default parameters of ``ukjax.models.scara`` cast to ``dtype``."""
+    from ukjax.models import scara
+
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), scara.default_params())
+
+
+def check_same_model(system, params_ukjax, params, base):
+    """The closed-form model and ``ukjax.models.scara`` must give the same q̈ at the paper's initial state."""
+    q0, qd0 = (np.asarray(x) for x in base)
+    qdd_ref = uk_sqrt_form(np, np.linalg, q0, qd0, 0.3, params)
+    qdd = np.asarray(system.acceleration(jnp.asarray(q0), jnp.asarray(qd0), 0.3, params_ukjax))
+    error = float(np.max(np.abs(qdd - qdd_ref)) / np.max(np.abs(qdd_ref)))
+    # both are float64 solves of the same well-conditioned 4 x 4 system (cond(A) ~ 10): agreement to ~1e-12
+    if not error < 1e-9:
+        raise RuntimeError(
+            f"ukjax.models.scara and the closed-form SCARA differ: relative q̈ error {error:.1e}"
+        )
+    return error
+
+
+def bench(args):
+    from ukjax.models import scara
+
+    system = scara.system()
+    dtypes = [np.float64] + ([np.float32] if args.float32 else [])
+    p64 = {k: np.float64(v) for k, v in PAPER.items()}
+    base = scara.initial_state(scara.default_params())
+    model_error = check_same_model(system, scara_model_params(jnp.float64), p64, base)
+    steps = int(round(args.duration / args.dt))
+    rows = []
+    for batch in args.batch:
+        reference = None
+        for dtype in dtypes:
+            name = np.dtype(dtype).name
+            q0, qd0 = scenarios(base, batch, args.seed, dtype)
+            p_jax = {k: jnp.asarray(v, dtype) for k, v in PAPER.items()}
+            dt = dtype(args.dt)
+            row = {"batch": batch, "dtype": name, "steps": steps}
+            repeats = 3 if batch <= 1024 else 1
+            c_s, run_s, (qc, _) = timed_jit(
+                functools.partial(ukjax_batch, system, dt=dt, steps=steps),
+                jnp.asarray(q0), jnp.asarray(qd0), scara_model_params(dtype), repeats=repeats,
+            )  # fmt: skip
+            qc = np.asarray(qc, np.float64)
+            if dtype is np.float64:
+                reference = qc
+            row["ukjax"] = {
+                "compile_s": c_s, "run_s": run_s, "scenario_steps_per_s": batch * steps / run_s,
+                "max_violation": max_violation(qc, steps, args.dt, p64),
+                "max_state_error_vs_float64": float(np.max(np.abs(qc - reference))),
+            }  # fmt: skip
+            if batch <= args.naive_max_batch:
+                c_s, run_s, (qb, _) = timed_jit(
+                    functools.partial(naive_jax, dt=dt, steps=steps),
+                    jnp.asarray(q0), jnp.asarray(qd0), p_jax, repeats=repeats,
+                )  # fmt: skip
+                qb = np.asarray(qb, np.float64)
+                row["naive_jax"] = {
+                    "compile_s": c_s, "run_s": run_s, "scenario_steps_per_s": batch * steps / run_s,
+                    "max_violation": max_violation(qb, steps, args.dt, p64),
+                    "max_state_error_vs_ukjax": float(np.max(np.abs(qb - qc))),
+                }  # fmt: skip
+            if dtype is np.float64:
+                k = min(batch, args.numpy_scenarios)
+                start = time.perf_counter()
+                qa, _ = run_numpy(q0[:k], qd0[:k], steps, args.dt, p64)
+                run_s = time.perf_counter() - start
+                row["numpy"] = {
+                    "timed_scenarios": k, "extrapolated": k < batch, "compile_s": 0.0,
+                    "run_s": run_s * batch / k, "scenario_steps_per_s": k * steps / run_s,
+                    "max_violation": max_violation(qa, steps, args.dt, p64),
+                    "max_state_error_vs_ukjax": float(np.max(np.abs(qa - qc[:k]))),
+                }  # fmt: skip
+            rows.append(row)
+            print(format_row(row), flush=True)
+    return {"model_check_relative_qdd_error": model_error, "steps": steps, "rows": rows}
+
+
+def format_row(row) -> str:
+    parts = [f"batch {row['batch']:>5} {row['dtype']:<7}"]
+    for name in ("numpy", "naive_jax", "ukjax"):
+        if name in row:
+            r = row[name]
+            note = "*" if r.get("extrapolated") else ""
+            parts.append(
+                f"{name} {r['scenario_steps_per_s']:>11.4g}/s{note} compile {r['compile_s']:5.1f}s "
+                f"|φ|max {r['max_violation']:.1e}"
+            )
+    ukjax_rate = row["ukjax"]["scenario_steps_per_s"]
+    for name in ("numpy", "naive_jax"):
+        if name in row:
+            parts.append(f"ukjax/{name} {ukjax_rate / row[name]['scenario_steps_per_s']:.1f}x")
+    return " | ".join(parts)
+
+
+def machine_tag(env) -> str:
+    backend = env["machine"]["backend"]
+    kind = (
+        env["machine"]["devices"][0]
+        if backend != "cpu"
+        else f"{env['machine']['cpu']}-{env['machine']['cores']}c"
+    )
+    return re.sub(r"[^A-Za-z0-9]+", "-", f"{backend}-{kind}").strip("-").lower()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024, 8192], help="batch sizes")
+    parser.add_argument("--duration", type=float, default=1.0, help="simulated seconds (default %(default)s)")
+    parser.add_argument("--dt", type=float, default=5e-3, help="fixed Tsit5 step (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--numpy-scenarios", type=int, default=3, help="scenarios NumPy is timed on")
+    parser.add_argument("--naive-max-batch", type=int, default=8192, help="largest batch for naive JAX")
+    parser.add_argument("--float32", action="store_true", help="also measure float32 throughput and error")
+    parser.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/throughput-<machine>.json)"
+    )
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    results = bench(args)
+    env = environment()
+    out = Path(args.out or Path(__file__).parent / "results" / f"throughput-{machine_tag(env)}.json")
+    payload = {
+        "description": "SCARA (seed 001) with Baumgarte alpha=0.5, beta=200 (linear form), Tsit5, "
+        f"fixed step {args.dt} s over {args.duration} s ({results['steps']} steps) for every contender; "
+        "numpy rate extrapolated from the timed scenarios where 'extrapolated' is true",
+        "config": vars(args) | {"out": str(out)},
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        **results,
+        "environment": env,
+    }
+    write_json(out, payload)
+    print(f"wrote {out} (load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f})")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""``ukjax demo``: a Monte-Carlo batch of SCARA robots following a helix, integrated in one compiled call.
+
+The model is the SCARA of Xu & Liu 2017 (seed 001, :mod:`ukjax.models.scara`): four joints, the end effector
+held on the helix x = R sin ωt, y = y_c + R cos ωt, z = v_z t with fixed orientation (eq. 47-48) by the
+Udwadia-Kalaba constraint torques (eq. 50-51), with Baumgarte stabilization φ̈ + αφ̇ + βφ = 0 (eq. 52, α =
+0.5, β = 200). Each scenario perturbs the paper's values: every mass, length and moment of inertia by a
+uniform factor in [1 - spread, 1 + spread], the joint angles of the (constraint-incompatible) initial state by
+a normal error of ``--angle-noise`` degrees, the stroke by a tenth of a millimetre per degree of that, and the
+initial velocities by 1 %.
+
+All scenarios go through :func:`ukjax.simulate_batch` (``batch_params=True``) with its default solver,
+``diffrax.Tsit5`` (5th order, six evaluations per step), at a fixed step: a fixed step makes the batch run
+in lockstep without adaptive rejections, which is what throughput wants (accuracy studies use the adaptive
+default). The demo reports
+
+* throughput: scenarios per second and scenario-steps per second of the integration, compile time apart;
+* constraint violation: the end-effector path error e(t) = |p(q(t)) - p_d(t)| (eq. 39-40) and the residual
+  norm |φ(q(t), t)| (eq. 48), each as the maximum, median and 95th percentile over scenarios of the
+  per-scenario peak over the whole run and over its last fifth (the "tail": Baumgarte's error dynamics
+  oscillate with a period of 2π/√β ≈ 0.44 s, so the value at t1 alone can sit on a zero crossing);
+* failures by solver status (:data:`ukjax.RESULTS`),
+
+and writes ``metrics.json`` and three figures (violation histograms, a bundle of end-effector paths, violation
+over time) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DESCRIPTION = (
+    "Monte-Carlo batch of SCARA robots (seed 001) in one compiled call: throughput and constraint violation"
+)
+
+# Parameters of ukjax.models.scara that describe the robot (perturbed per scenario); the trajectory, gravity,
+# torques and Baumgarte gains stay at the paper's values.
+PERTURBED = ("m1", "m2", "m3", "m4", "l1", "l2", "r1", "r2", "Iz1", "Iz2", "Iz3", "Iz4")
+VELOCITY_NOISE = 0.01
+TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
+
+
+def add_arguments(parser) -> None:
+    """Flags of ``ukjax demo`` (defaults: 1024 scenarios over one revolution of the paper's helix)."""
+    parser.add_argument(
+        "--scenarios", type=int, default=1024, help="number of scenarios (default %(default)s)"
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=5.0,
+        help="simulated seconds; 5 s is one revolution (default %(default)s)",
+    )
+    parser.add_argument(
+        "--dt", type=float, default=5e-3, help="fixed Tsit5 step in seconds (default %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="random seed of the perturbations (default %(default)s)"
+    )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.05,
+        help="relative spread of masses, lengths, inertias (default %(default)s)",
+    )
+    parser.add_argument(
+        "--angle-noise",
+        type=float,
+        default=1.0,
+        help="std of initial joint-angle errors, degrees (default %(default)s)",
+    )
+    parser.add_argument(
+        "--saves", type=int, default=201, help="saved time points per scenario (default %(default)s)"
+    )
+    parser.add_argument("--out", default="ukjax-demo", help="output folder (default %(default)s)")
+
+
+def sample_scenarios(key, params, q0, qd0, count, *, spread, angle_noise_deg):
+    """``count`` perturbed copies of (params, q0, qd0), with a leading batch axis on every leaf."""
+    keys = jax.random.split(key, len(PERTURBED) + 2)
+    batch = {}
+    for name, value in params.items():
+        value = jnp.asarray(value)
+        batch[name] = jnp.broadcast_to(value, (count, *value.shape))
+    for k, name in zip(keys, PERTURBED, strict=False):
+        factor = 1.0 + spread * jax.random.uniform(k, (count,), params[name].dtype, -1.0, 1.0)
+        batch[name] = params[name] * factor
+    sigma = math.radians(angle_noise_deg)
+    scale = jnp.asarray([sigma, sigma, sigma, 1e-4 * angle_noise_deg], q0.dtype)
+    q0s = q0 + scale * jax.random.normal(keys[-2], (count, q0.shape[0]), q0.dtype)
+    qd0s = qd0 * (1.0 + VELOCITY_NOISE * jax.random.normal(keys[-1], (count, qd0.shape[0]), qd0.dtype))
+    return batch, q0s, qd0s
+
+
+def _path_error(ts, q, params):
+    """e(t) = |p(q(t)) - p_d(t)| for one scenario's saved trajectory (seed 001 eq. 39-40)."""
+    from ukjax.models import scara
+
+    def at(t, qi):
+        return jnp.linalg.norm(scara.end_effector(qi, params) - scara.desired_trajectory(t, params))
+
+    return jax.vmap(at)(ts, q)
+
+
+def _paths(q, params):
+    from ukjax.models import scara
+
+    return jax.vmap(lambda qi: scara.end_effector(qi, params))(q)
+
+
+@jax.jit
+def _postprocess(ts, q, position_residual, params):
+    """Path error e(t), |φ(t)| and end-effector paths of every scenario (batch, time[, 3])."""
+    path_error = jax.vmap(_path_error, in_axes=(None, 0, 0))(ts, q, params)
+    phi_norm = jnp.linalg.norm(position_residual, axis=-1)
+    paths = jax.vmap(_paths)(q, params)
+    return path_error, phi_norm, paths
+
+
+def _stats(values) -> dict:
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return {"max": float("nan"), "median": float("nan"), "p95": float("nan")}
+    return {
+        "max": float(np.max(values)),
+        "median": float(np.median(values)),
+        "p95": float(np.percentile(values, 95)),
+    }
+
+
+def _status_counts(status) -> dict:
+    import ukjax
+
+    status = np.asarray(status)
+    counts = {}
+    for code in ukjax.RESULTS:
+        counts[code.name] = int(np.sum(status == int(code)))
+    return counts
+
+
+def _phase(number: int, text: str) -> float:
+    print(f"[{number}/3] {text} ...", flush=True)
+    return time.perf_counter()
+
+
+def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    setting = f"Tsit5, fixed step {args.dt:g} s, {len(path_error)} scenarios"
+    floor = 1e-16
+    files = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    tail = ts >= TAIL * ts[-1]
+    for ax, values, label in (
+        (axes[0], path_error, "tail peak of e(t) [m]"),
+        (axes[1], phi_norm, "tail peak of |φ|"),
+    ):
+        late = np.maximum(values[ok][:, tail].max(axis=1), floor)
+        bins = np.logspace(np.log10(late.min()), np.log10(late.max()) + 1e-9, 40) if late.size else 10
+        ax.hist(late, bins=bins)
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("scenarios")
+    fig.suptitle(f"Constraint violation over t ≥ {TAIL:g} t1 = {TAIL * args.duration:g} s ({setting})")
+    fig.tight_layout()
+    files.append(_save(fig, out / "violation_histogram.png"))
+
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    shown = np.flatnonzero(ok)[:64]
+    for i in shown:
+        ax.plot(paths[i, :, 0], paths[i, :, 1], lw=0.6, alpha=0.6)
+    ax.plot(desired[:, 0], desired[:, 1], "k--", lw=1.5, label="desired (seed 001 eq. 40)")
+    ax.set_aspect("equal")
+    ax.set_xlabel("x [m]")
+    ax.set_ylabel("y [m]")
+    worst = float(np.max(path_error[ok])) if ok.any() else float("nan")
+    ax.set_title(f"{len(shown)} end-effector paths; max path error {worst:.2e} m\n{setting}", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    files.append(_save(fig, out / "end_effector_paths.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    for ax, values, label in ((axes[0], path_error, "path error e(t) [m]"), (axes[1], phi_norm, "|φ(t)|")):
+        values = np.maximum(values[ok], floor)
+        if values.size:
+            lo, mid, hi = np.percentile(values, [5, 50, 95], axis=0)
+            ax.fill_between(ts, lo, hi, alpha=0.3, label="5-95 %")
+            ax.plot(ts, mid, label="median")
+            ax.plot(ts, values.max(axis=0), "k:", lw=0.8, label="max")
+        ax.set_yscale("log")
+        ax.set_xlabel("t [s]")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Constraint violation over time, Baumgarte α = 0.5, β = 200 ({setting})")
+    fig.tight_layout()
+    files.append(_save(fig, out / "violation_over_time.png"))
+    return files
+
+
+def _save(fig, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def run(args) -> dict:
+    """Run the demo of ``args`` (see :func:`add_arguments`): print a summary, write files, return metrics."""
+    import ukjax
+    from ukjax.models import scara
+    from ukjax.studies._common import write_json
+
+    if args.scenarios < 1 or args.duration <= 0 or args.dt <= 0 or args.saves < 2:
+        raise ValueError("--scenarios, --duration, --dt must be positive and --saves at least 2")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = int(math.ceil(args.duration / args.dt - 1e-9))
+    dt = args.duration / steps
+    started = time.perf_counter()
+
+    params = scara.default_params()
+    q0, qd0 = scara.initial_state(params)
+    batch, q0s, qd0s = sample_scenarios(
+        jax.random.PRNGKey(args.seed), params, q0, qd0, args.scenarios, spread=args.spread,
+        angle_noise_deg=args.angle_noise,
+    )  # fmt: skip
+    ts = jnp.linspace(0.0, args.duration, args.saves)
+    system = scara.system()
+
+    def integrate(q0s, qd0s, batch):
+        return ukjax.simulate_batch(
+            system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt, max_steps=steps + 1,
+        )  # fmt: skip
+
+    print(
+        f"ukjax demo: {args.scenarios} SCARA scenarios (seed 001), {args.duration:g} s, Tsit5 fixed step "
+        f"{dt:g} s ({steps} steps), float64, backend {jax.default_backend()}",
+        flush=True,
+    )
+    tic = _phase(1, "compiling")
+    compiled = jax.jit(integrate).lower(q0s, qd0s, batch).compile()
+    compile_s = time.perf_counter() - tic
+    print(f"      compiled in {compile_s:.1f} s", flush=True)
+
+    tic = _phase(2, f"integrating {args.scenarios} scenarios x {steps} steps in one call")
+    sol = jax.block_until_ready(compiled(q0s, qd0s, batch))
+    integrate_s = time.perf_counter() - tic
+    print(f"      integrated in {integrate_s:.2f} s", flush=True)
+
+    tic = _phase(3, "post-processing (violation statistics, figures, metrics.json)")
+    path_error, phi_norm, paths = (
+        np.asarray(x) for x in _postprocess(sol.ts[0], sol.q, sol.position_residual, batch)
+    )
+    desired = np.asarray(jax.vmap(lambda t: scara.desired_trajectory(t, params))(ts))
+    status = np.asarray(sol.status)
+    ok = status == int(ukjax.RESULTS.success)
+    ok &= np.all(np.isfinite(path_error), axis=1)
+    failures = {name: count for name, count in _status_counts(status).items() if name != "success" and count}
+    tail = np.asarray(ts) >= TAIL * args.duration
+    figures = _figures(out, np.asarray(ts), path_error, phi_norm, paths, desired, ok, args)
+    postprocess_s = time.perf_counter() - tic
+
+    metrics = {
+        "scenarios": args.scenarios,
+        "succeeded": int(ok.sum()),
+        "failures_by_status": failures,
+        "integrator": "diffrax.Tsit5, fixed step",
+        "dt": dt,
+        "steps": steps,
+        "duration": args.duration,
+        "dtype": str(q0s.dtype),
+        "perturbation": {
+            "parameters": list(PERTURBED),
+            "relative_spread_uniform": args.spread,
+            "angle_noise_deg": args.angle_noise,
+            "velocity_noise_relative": VELOCITY_NOISE,
+            "seed": args.seed,
+        },
+        "timing_s": {
+            "compile": compile_s,
+            "integrate": integrate_s,
+            "postprocess": postprocess_s,
+            "total": time.perf_counter() - started,
+        },
+        "throughput": {
+            "scenarios_per_s": args.scenarios / integrate_s,
+            "scenario_steps_per_s": args.scenarios * steps / integrate_s,
+        },
+        "tail_window_s": [float(ts[tail][0]), args.duration],
+        "path_error_m": {
+            "peak": _stats(path_error[ok].max(axis=1)),
+            "tail": _stats(path_error[ok][:, tail].max(axis=1)),
+        },
+        "phi_norm": {
+            "peak": _stats(phi_norm[ok].max(axis=1)),
+            "tail": _stats(phi_norm[ok][:, tail].max(axis=1)),
+        },
+        "figures": figures,
+    }
+    write_json(out / "metrics.json", metrics)
+    _print_summary(metrics, out)
+    return metrics
+
+
+def _print_summary(m: dict, out: Path) -> None:
+    t, th = m["timing_s"], m["throughput"]
+    print(
+        f"\n{m['succeeded']}/{m['scenarios']} scenarios succeeded"
+        + (f"; failures: {m['failures_by_status']}" if m["failures_by_status"] else "; no failures")
+    )
+    print(
+        f"throughput: {th['scenarios_per_s']:.1f} scenarios/s, {th['scenario_steps_per_s']:.3g} "
+        f"scenario-steps/s (compile {t['compile']:.1f} s, integrate {t['integrate']:.2f} s, "
+        f"post-process {t['postprocess']:.1f} s)"
+    )
+    print(f"{'constraint violation':<26}{'max':>10}{'median':>10}{'95th pct':>10}")
+    for key, label in (("path_error_m", "path error [m]"), ("phi_norm", "|φ|")):
+        for when in ("peak", "tail"):
+            s = m[key][when]
+            print(f"  {label + ', ' + when:<24}{s['max']:>10.2e}{s['median']:>10.2e}{s['p95']:>10.2e}")
+    print(f"wrote metrics.json and {', '.join(m['figures'])} to {out}/ (total {t['total']:.1f} s)")
