@@ -21,10 +21,10 @@ by e⁻² per second).
 
 The paper's table of initial conditions (Table 1) is missing from the text; :data:`INITIAL_POSITIONS` is the
 choice of ukjax: robots scattered over about 7 m x 6 m, two of them (1 and 2) only 0.27 m apart (inside the
-repulsion range, so they first move apart, as the paper describes), all at rest, so β(0) = ∇U(q(0)) is large
-(‖β(0)‖ ≈ 30.6 m/s). The robots aggregate into a regular pentagon (sides ≈ 0.362 m, diagonals ≈ 0.585 m)
-around the centroid, which does not move: Σ_i q̇⁽ⁱ⁾ = Σ_i β_i, and Σ_i ∇_{q⁽ⁱ⁾} U = 0 because U is
-translation invariant.
+repulsion range; the pull of the distant robots first brings them to 0.241 m at t ≈ 0.84 s, then they
+separate, the behaviour the paper describes), all at rest, so β(0) = ∇U(q(0)) is large (‖β(0)‖ ≈ 30.6 m/s).
+The robots aggregate into a regular pentagon (sides ≈ 0.362 m, diagonals ≈ 0.585 m) around the centroid,
+which does not move: Σ_i q̇⁽ⁱ⁾ = Σ_i β_i, and Σ_i ∇_{q⁽ⁱ⁾} U = 0 because U is translation invariant.
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 
 # name -> module path; each study adds its own line.
-STUDIES: dict[str, str] = {}
+STUDIES: dict[str, str] = {
+    "flexible_joint": "ukjax.studies.flexible_joint",
+    "swarm": "ukjax.studies.swarm",
+}
 
 
 def load(name: str):
