@@ -18,5 +18,13 @@ from ukjax.simulate import RESULTS as RESULTS  # noqa: E402
 from ukjax.simulate import Solution as Solution  # noqa: E402
 from ukjax.simulate import simulate as simulate  # noqa: E402
 from ukjax.simulate import simulate_batch as simulate_batch  # noqa: E402
+from ukjax.system import Layout as Layout  # noqa: E402
+from ukjax.system import System as System  # noqa: E402
+from ukjax.system import compose as compose  # noqa: E402
+from ukjax.constraints import AccelerationLevel as AccelerationLevel  # noqa: E402
+from ukjax.constraints import Baumgarte as Baumgarte  # noqa: E402
+from ukjax.constraints import Holonomic as Holonomic  # noqa: E402
+from ukjax.constraints import Nonholonomic as Nonholonomic  # noqa: E402
+from ukjax.constraints import is_holonomic_pfaffian as is_holonomic_pfaffian  # noqa: E402
 
 __version__ = "0.1.0"
