@@ -172,7 +172,6 @@ class _Config(eqx.Module):
     uk_solver: str = eqx.field(static=True)
     default_pinv_rtol: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
-    throw: bool = eqx.field(static=True)
 
 
 class _Numbers(eqx.Module):
@@ -186,6 +185,7 @@ class _Numbers(eqx.Module):
     atol: jax.Array
     pinv_rtol: jax.Array
     consistency_rtol: jax.Array
+    throw: jax.Array
 
 
 def _evals_per_step(solver) -> tuple[int, int]:
@@ -344,9 +344,7 @@ def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) 
         num_accepted_steps=jnp.asarray(sol.stats["num_accepted_steps"]),
         num_function_evals=evals,
     )
-    if config.throw:
-        out = eqx.branched_error_if(out, status != RESULTS.success, status, _MESSAGE_LIST)
-    return out
+    return eqx.branched_error_if(out, numbers.throw & (status != RESULTS.success), status, _MESSAGE_LIST)
 
 
 @eqx.filter_jit
@@ -355,11 +353,8 @@ def _simulate_one(system, config, numbers, q0, qd0, params):
 
 
 @eqx.filter_jit
-def _simulate_many(system, config, numbers, q0, qd0, params, batch_params):
-    params_axis = 0 if batch_params else None
-    return jax.vmap(lambda q, qd, p: _solve(system, config, numbers, q, qd, p), in_axes=(0, 0, params_axis))(
-        q0, qd0, params
-    )
+def _simulate_many(system, config, numbers, q0, qd0, params):
+    return jax.vmap(lambda q, qd, p: _solve(system, config, numbers, q, qd, p))(q0, qd0, params)
 
 
 # ---------------------------------------------------------------------- input checks (before integration)
@@ -449,7 +444,6 @@ def _prepare(
         uk_solver=uk_solver,
         default_pinv_rtol=pinv_rtol is None,
         progress=bool(progress),
-        throw=bool(throw),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(
@@ -461,6 +455,7 @@ def _prepare(
         atol=_scalar(atol, "atol"),
         pinv_rtol=nan if pinv_rtol is None else _scalar(pinv_rtol, "pinv_rtol"),
         consistency_rtol=_scalar(consistency_rtol, "consistency_rtol"),
+        throw=jnp.asarray(bool(throw)),
     )
     return config, numbers
 
@@ -514,7 +509,7 @@ def simulate(
     wrong shape (at trace time), t1 <= t0, ts outside [t0, t1] (when concrete).
 
     The compiled program is cached by (system, solver, fixed/adaptive, max_steps, method, uk_solver, progress,
-    throw, shapes): a second call that changes only numbers (q0, params, t1, dt, tolerances) does not
+    shapes): a second call that changes only numbers (q0, params, t1, dt, tolerances) does not
     recompile.
     """
     config, numbers = _prepare(
@@ -599,4 +594,7 @@ def simulate_batch(
                     f"batch_params=True needs every params leaf to have the batch size {q0.shape[0]} as "
                     f"its first axis; leaf {jax.tree_util.keystr(path)} has shape {shape}"
                 )
-    return _simulate_many(system, config, numbers, q0, qd0, params, bool(batch_params))
+    else:
+        # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
+        params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (q0.shape[0], *jnp.shape(x))), params)
+    return _simulate_many(system, config, numbers, q0, qd0, params)
