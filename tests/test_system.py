@@ -327,6 +327,16 @@ def test_layout_split_join_and_nesting():
         TRIPLE.layout.split(jnp.zeros(5))
 
 
+def test_composed_energy_is_the_sum_of_the_parts():
+    p = _flat_params(2)
+    pair = compose({"j": JOINT2, "k": JOINT2})
+    q, qd = jnp.asarray([0.1, 0.2, -0.3, 0.4]), jnp.asarray([1.0, -1.0, 0.5, 0.2])
+    expected = JOINT2.energy(q[:2], qd[:2], T0, p) + JOINT2.energy(q[2:], qd[2:], T0, p)
+    assert_tree_allclose(pair.energy(q, qd, T0, {"j": p, "k": p}), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="from_lagrangian"):
+        DOUBLE.energy(jnp.zeros(4), jnp.zeros(4), T0, _nested_params(p))
+
+
 def test_actuation_and_servo_constraints_are_inherited():
     servo = Holonomic(lambda q, t, p: q[0] - jnp.sin(t), name="track")
     actuated = _particle(actuated=True).with_constraints(servo_constraints=(servo,))
@@ -401,6 +411,10 @@ def test_bad_input_raises_value_errors_naming_shapes():
     flat = _flat_params(2)
     with pytest.raises(ValueError, match=r"\(4,\).*\(3,\) and \(4,\)"):
         DIRECT2.acceleration(jnp.zeros(3), jnp.zeros(4), T0, flat)
+    with pytest.raises(ValueError, match=r"\(4,\).*\(4,\) and \(5,\)"):
+        DIRECT2.constraint_equations(jnp.zeros(4), jnp.zeros(5), T0, flat)
+    with pytest.raises(ValueError, match=r"\(4,\).*\(2,\) and \(2,\)"):
+        DIRECT2.residuals(jnp.zeros(2), jnp.zeros(2), T0, flat)
     bad_mass = System(mass=lambda q, t, p: jnp.eye(3), force=lambda q, qd, t, p: jnp.zeros(2), n=2)
     with pytest.raises(ValueError, match=r"\(3, 3\).*\(2, 2\)"):
         bad_mass.acceleration(jnp.zeros(2), jnp.zeros(2), T0, {})

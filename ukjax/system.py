@@ -198,6 +198,7 @@ class System(eqx.Module):
 
     def constraint_blocks(self, q, qd, t, p):
         """One (A_k, b_k) block per passive constraint, in enforcement order."""
+        self.check_state(q, qd)
         return second_order_blocks(self.constraints, q, qd, t, p)
 
     def constraint_equations(self, q, qd, t, p):
@@ -236,6 +237,7 @@ class System(eqx.Module):
         ``position`` stacks φ of every holonomic constraint; ``velocity`` stacks φ̇ of every holonomic and ψ
         of every nonholonomic constraint. Either may be empty.
         """
+        self.check_state(q, qd)
         dtype = jnp.result_type(q)
         position, velocity = [], []
         for constraint in self.constraints:
