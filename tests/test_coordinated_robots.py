@@ -1,0 +1,128 @@
+"""Coordinated robots (seed 000 §V-VI): appendix M, C, G vs Lagrangian, hand (A, b) vs autodiff, closed
+loop."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_tree_allclose, central_difference
+
+import ukjax
+from ukjax import control
+from ukjax.constraints import Holonomic
+from ukjax.models import coordinated_robots as model
+from ukjax.system import System
+
+SYSTEM = model.system()
+PARAMS = model.default_params()
+LAGRANGIAN = System.from_lagrangian(model.kinetic, model.potential, 5)
+
+
+def _params_unequal():
+    """Unequal masses, inertias and lengths, so that every index of A2-A4 is exercised."""
+    p = dict(PARAMS)
+    p["m"] = jnp.array([1.0, 1.3, 0.7, 1.9, 1.1])
+    p["I"] = jnp.array([0.2, 0.5, 0.9, 0.3, 0.4])
+    p["l"] = jnp.array([1.0, 0.8, 1.2, 0.9, 1.1])
+    return p
+
+
+def _states(key, count=3):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return (
+        jax.random.uniform(k1, (count, 5), minval=-3.0, maxval=3.0),
+        jax.random.normal(k2, (count, 5)),
+        jax.random.uniform(k3, (count,), maxval=6.0),
+    )
+
+
+@jax.jit
+@jax.vmap
+def _mass_and_force(q, qd, t):
+    p = _params_unequal()
+    return [(s.mass_matrix(q, t, p), s.given_force(q, qd, t, p)) for s in (SYSTEM, LAGRANGIAN)]
+
+
+def test_appendix_matches_lagrangian():
+    hand, lagrangian = _mass_and_force(*_states(jax.random.key(0)))
+    # Two exact expressions of the same dynamics; entries are O(10), round-off ~1e-14.
+    assert_tree_allclose(hand, lagrangian, rtol=1e-12, atol=1e-12)
+
+
+def test_coriolis_matrix_makes_mdot_minus_2c_skew():
+    """Seed 000 eq. 52: the chosen C makes Ṁ - 2C skew-symmetric."""
+    p = _params_unequal()
+    qs, qds, _ = _states(jax.random.key(1))
+    for q, qd in zip(qs, qds, strict=True):
+        _, M_dot = jax.jvp(lambda q_: model.mass(q_, 0.0, p), (q,), (qd,))
+        S = M_dot - 2 * model.coriolis(q, qd, p)
+        assert_tree_allclose(S, -S.T, atol=1e-13)
+
+
+@jax.jit
+@jax.vmap
+def _second_order_forms(q, qd, t):
+    p = _params_unequal()
+    passive = Holonomic(model.closure)  # unstabilized: eq. 61-63 and 67-68 have no Baumgarte terms
+    servo = Holonomic(model.servo_phi)
+    hand = (model.hand_passive_second_order(q, qd, p), model.hand_servo_second_order(q, qd, t, p))
+    return hand, (passive.second_order(q, qd, t, p), servo.second_order(q, qd, t, p))
+
+
+def test_hand_second_order_forms_match_autodiff():
+    hand, autodiff = _second_order_forms(*_states(jax.random.key(2)))
+    # Closed forms vs forward-mode derivatives of the same trigonometric sums: round-off only.
+    assert_tree_allclose(hand, autodiff, atol=1e-12)
+
+
+def test_initial_state_is_the_symmetric_configuration():
+    q0, qd0 = jax.jit(model.initial_state)(PARAMS)
+    third = np.pi / 3
+    # Newton's method converges quadratically to the root; round-off remains.
+    assert_tree_allclose(q0, jnp.array([third, -third, 0.0, third, -third]), atol=1e-12)
+    assert_tree_allclose(qd0, jnp.zeros(5), atol=1e-12)
+    assert_tree_allclose(model.closure(q0, 0.0, PARAMS), jnp.zeros(2), atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def solution():
+    q0, qd0 = model.initial_state(PARAMS)
+    ts = jnp.linspace(0.0, 1.5, 7)
+    return ukjax.simulate(SYSTEM, q0, qd0, PARAMS, t1=1.5, ts=ts, rtol=1e-10, atol=1e-10)
+
+
+def test_closed_loop_follows_the_task_with_mirror_symmetric_torques(solution):
+    sol = solution
+    assert int(sol.status) == int(ukjax.RESULTS.success)
+    # Consistent start and tolerance 1e-10: both constraint sets hold to ~1e-10.
+    assert float(jnp.max(jnp.abs(sol.position_residual))) < 1e-8
+    assert float(jnp.max(jnp.abs(sol.servo_residual))) < 1e-8
+    pose = jax.vmap(model.object_pose, in_axes=(0, None))(sol.q, PARAMS)
+    assert_tree_allclose(pose[:, 1], 0.5 * (1 - jnp.cos(sol.ts)), atol=1e-8)
+    # The task and the chain are mirror symmetric about x = L/2, and so is the minimum-norm control:
+    # θ4 = -θ2, θ5 = -θ1 and (u1, u2, u3) = -(u6, u5, u4).
+    assert_tree_allclose(sol.q[:, 3:], -sol.q[:, 1::-1], atol=1e-8)
+    assert_tree_allclose(sol.u[:, :3], -sol.u[:, :2:-1], atol=1e-7)
+
+
+@jax.jit
+def _u(q, qd, t, p):
+    return control.servo_control(SYSTEM, q, qd, t, p)
+
+
+def test_control_redundancy_vmap_and_gradient():
+    q0, qd0 = model.initial_state(PARAMS)
+    report = control.controllability(SYSTEM, q0, qd0, 0.0, PARAMS)
+    assert int(report.rank) == 3 and bool(report.feasible)  # 3 DOF, 3 servo rows, 6 actuators
+    qs = q0 + 0.05 * jax.random.normal(jax.random.key(3), (3, 5))
+    qds = 0.1 * jax.random.normal(jax.random.key(4), (3, 5))
+    batched = jax.vmap(_u, in_axes=(0, 0, None, None))(qs, qds, 0.3, PARAMS)
+    for i in range(3):
+        # vmap and jit only reorder floating-point work.
+        plain = control.servo_control(SYSTEM, qs[i], qds[i], 0.3, PARAMS)
+        assert_tree_allclose(batched[i], plain, atol=1e-11)
+    direction = jnp.array([1.0, -0.5, 0.3, 0.2, -1.0])
+    f = lambda m: jnp.sum(jnp.sin(_u(qs[0], qds[0], 0.3, {**PARAMS, "m": m})))
+    g = jax.grad(f)(PARAMS["m"])
+    # Central differences (eps 1e-6) of a smooth function with O(10) curvature: ~1e-9.
+    assert_tree_allclose(g @ direction, central_difference(f, PARAMS["m"], direction), rtol=1e-6, atol=1e-7)
