@@ -13,6 +13,8 @@ import importlib
 STUDIES: dict[str, str] = {
     "flexible_joint": "ukjax.studies.flexible_joint",
     "swarm": "ukjax.studies.swarm",
+    "two_mass_spring": "ukjax.studies.two_mass_spring",
+    "coordinated_robots": "ukjax.studies.coordinated_robots",
 }
 
 
