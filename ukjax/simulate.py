@@ -226,10 +226,15 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     if loop is not None:
         Q = Q + system.actuation(q, t, p) @ loop.u
     A, b = system.constraint_equations(q, qd, t, p)
-    force = dynamics.uk_constraint_force(
-        M, Q, A, b, system.nonideal_vector(q, qd, t, p), method=config.method, rtol=rtol
-    )
-    consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
+    c = system.nonideal_vector(q, qd, t, p)
+    if A.shape[0] == 0:
+        # No passive constraint: no ideal force, the non-ideal force is c itself (B⁺B = 0 in seed 000 eq. 12).
+        zero = jnp.zeros_like(Q)
+        force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
+        consistency = jnp.zeros((), Q.dtype)
+    else:
+        force = dynamics.uk_constraint_force(M, Q, A, b, c, method=config.method, rtol=rtol)
+        consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
     consistent = consistency <= numbers.consistency_rtol * (1.0 + jnp.linalg.norm(b))
     position, velocity = system.residuals(q, qd, t, p)
     finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
