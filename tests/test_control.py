@@ -97,11 +97,17 @@ def numpy_reference(system, q, qd, t, p):
     return u, qdd0 + R @ u, (A_p, b_p, A_s, b_s)
 
 
-@pytest.mark.parametrize("n_u", [2, 3, 6])
+@jax.jit
+def _closed_loop(q, qd, t, p):
+    """One compiled closed loop shared by the tests (recompiled only per number of actuators)."""
+    return control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+
+
+@pytest.mark.parametrize("n_u", [3, 6])
 def test_matches_kkt_and_enforces_both_constraint_sets(n_u):
     p = make_params(jax.random.key(n_u), n_u)
     q, qd, t = make_state(jax.random.key(10 + n_u))
-    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+    out = _closed_loop(q, qd, t, p)
     u_ref, qdd_ref, (A_p, b_p, A_s, b_s) = numpy_reference(SYSTEM, q, qd, t, p)
     # cond(M) = 10 and O(1) constraint Jacobians: both solves lose at most a few digits of 1e-16.
     assert_tree_allclose(out.u, u_ref, rtol=1e-9, atol=1e-9)
@@ -109,7 +115,6 @@ def test_matches_kkt_and_enforces_both_constraint_sets(n_u):
     assert_tree_allclose(A_p @ np.asarray(out.qdd), b_p, atol=1e-9)
     assert_tree_allclose(A_s @ np.asarray(out.qdd), b_s, atol=1e-9)
     assert bool(out.feasible)
-    assert_tree_allclose(control.servo_control(SYSTEM, q, qd, t, p), out.u)
 
 
 @pytest.mark.parametrize("system", [FREE, SYSTEM], ids=["no passive", "passive"])
@@ -155,7 +160,7 @@ def test_underactuated_inconsistent_is_reported_not_nan():
     # One actuator for two servo rows: D (2 x 1) generically has rank 1 and r is not in its range.
     p = make_params(jax.random.key(7), 1)
     q, qd, t = make_state(jax.random.key(8))
-    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
+    out = _closed_loop(q, qd, t, p)
     report = control.controllability(SYSTEM, q, qd, t, p)
     assert not bool(out.feasible) and not bool(report.feasible)
     assert int(report.rank) == 1 and float(report.residual) > 1e-3
@@ -180,20 +185,16 @@ def test_actuators_that_cannot_reach_the_servo_constraint():
     assert_tree_allclose(control.servo_control(system, q, qd, t, p), jnp.zeros(1))
 
 
-@jax.jit
-def _u_and_residual(q, qd, t, p):
-    out = control.closed_loop_acceleration(SYSTEM, q, qd, t, p)
-    return out.u, out.servo_residual, out.feasible
-
-
 def test_jit_vmap_and_servo_residual():
     p = make_params(jax.random.key(11), 3)
     qs, qds, ts = jax.vmap(make_state)(jax.random.split(jax.random.key(12), 3))
-    u_b, res_b, ok_b = jax.vmap(_u_and_residual, in_axes=(0, 0, 0, None))(qs, qds, ts, p)
+    batch = jax.vmap(_closed_loop, in_axes=(0, 0, 0, None))(qs, qds, ts, p)
+    u_b, res_b, ok_b = batch.u, batch.servo_residual, batch.feasible
+    plain = control.servo_control(SYSTEM, qs[0], qds[0], ts[0], p)
+    # jit/vmap reorder floating-point operations only.
+    assert_tree_allclose(u_b[0], plain, rtol=1e-12, atol=1e-12)
     for i in range(3):
-        plain = control.closed_loop_acceleration(SYSTEM, qs[i], qds[i], ts[i], p)
-        # jit/vmap reorder floating-point operations only.
-        assert_tree_allclose(u_b[i], plain.u, rtol=1e-12, atol=1e-12)
+        assert_tree_allclose(u_b[i], _closed_loop(qs[i], qds[i], ts[i], p).u, rtol=1e-12, atol=1e-12)
         expected = jnp.concatenate([SERVO[0].value(qs[i], ts[i], p), SERVO[1].value(qs[i], qds[i], ts[i], p)])
         assert_tree_allclose(res_b[i], expected, rtol=1e-14, atol=1e-14)
     assert bool(jnp.all(ok_b))
@@ -205,7 +206,7 @@ def test_gradient_with_respect_to_servo_gains():
 
     def loss(gains):
         p2 = {**p, "alpha": gains[0], "beta": gains[1], "kappa": gains[2]}
-        return jnp.sum(jnp.sin(_u_and_residual(q, qd, t, p2)[0]))
+        return jnp.sum(jnp.sin(_closed_loop(q, qd, t, p2).u))
 
     gains = jnp.array([4.0, 5.0, 6.0])
     grad = jax.grad(loss)(gains)

