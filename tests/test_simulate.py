@@ -342,6 +342,43 @@ def test_knife_edge_follows_its_closed_form_circle():
     assert sol.position_residual.shape == (61, 0)
 
 
+# ---------------------------------------------------------------------- servo control hook
+# A mass on a table (passive constraint y = 0 carries its weight), a spring -k x and an actuator b u along x
+# with the servo constraint x = r (seed 000 §III), Baumgarte α = β: the controlled error φ = x - r obeys
+# φ̈ + 2βφ̇ + β²φ = 0, so φ(t) = (φ0 + (φ̇0 + βφ0) t) e^{-βt}, u = (m ẍ + k x) / b and the table pushes (0, m g).
+SERVO_TABLE = System(
+    mass=lambda q, t, p: p["m"] * jnp.eye(2),
+    force=lambda q, qd, t, p: jnp.stack([-p["k"] * q[0], -p["m"] * p["g"]]),
+    n=2,
+    constraints=(Holonomic(lambda q, t, p: q[1:], name="table"),),
+    actuation=lambda q, t, p: jnp.stack([p["b"], jnp.zeros_like(p["b"])])[:, None],
+    servo_constraints=(
+        Holonomic(
+            lambda q, t, p: q[:1] - p["r"], baumgarte=Baumgarte(gains=lambda p: (p["beta"], p["beta"]))
+        ),
+    ),
+)
+
+
+def test_controlled_system_records_u_and_servo_residual_and_infeasibility():
+    p = {k: f64(v) for k, v in dict(m=2.0, k=5.0, g=9.81, b=1.5, r=0.3, beta=4.0).items()}
+    q0, qd0 = f64([0.0, 0.0]), f64([0.5, 0.0])
+    sol = simulate(SERVO_TABLE, q0, qd0, p, t1=2.0, dt=0.005)
+    assert int(sol.status) == RESULTS.success
+    t, phi0, phi_dot0, beta = sol.ts, -0.3, 0.5, 4.0
+    phi = (phi0 + (phi_dot0 + beta * phi0) * t) * jnp.exp(-beta * t)
+    # Tsit5 at dt = 0.005 on a decay rate β = 4: global error ~ (β dt)^5 ~ 1e-11; bound 1e-8.
+    assert_tree_allclose(sol.servo_residual[:, 0], phi, rtol=0.0, atol=1e-8)
+    u = (p["m"] * sol.qdd[:, 0] + p["k"] * sol.q[:, 0]) / p["b"]
+    assert_tree_allclose(sol.u[:, 0], u, rtol=1e-12, atol=1e-10)
+    table = jnp.zeros_like(sol.q).at[:, 1].set(p["m"] * p["g"])
+    assert_tree_allclose(sol.constraint_force.total, table, rtol=1e-12, atol=1e-10)
+    assert float(sol.max_position_residual) < 1e-12  # the table constraint is never violated
+    # An actuator with zero gain cannot move the mass: (C B̄) u = b̄ has no solution.
+    sol = simulate(SERVO_TABLE, q0, qd0, {**p, "b": f64(0.0)}, t1=2.0, dt=0.005)
+    assert int(sol.status) == RESULTS.control_infeasible
+
+
 # ---------------------------------------------------------------------- progress meter
 @pytest.mark.slow  # one extra compile: the progress meter is part of the compiled program
 def test_progress_meter_runs_for_a_batch(capsys):
