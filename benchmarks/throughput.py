@@ -28,6 +28,7 @@ import argparse
 import functools
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -162,8 +163,8 @@ def naive_jax(q0, qd0, params, dt, *, steps):
 def ukjax_batch(system, q0, qd0, params, dt, *, steps):
     """(c): ``ukjax.simulate_batch``, fixed-step Tsit5 (its default solver), default UK method, saving the
     final state only."""
-    t1 = steps * dt
-    sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=jnp.asarray([t1], dtype=q0.dtype), dt=dt)
+    t1 = float(steps * dt)
+    sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[t1], dt=dt)
     return sol.q[:, -1], sol.qd[:, -1]
 
 
@@ -240,6 +241,7 @@ def bench(args):
                 functools.partial(ukjax_batch, system, dt=dt, steps=steps),
                 jnp.asarray(q0), jnp.asarray(qd0), scara_model_params(dtype), repeats=repeats,
             )  # fmt: skip
+            computed_in = str(qc.dtype)  # simulate may promote a float32 state to float64
             qc = np.asarray(qc, np.float64)
             if dtype is np.float64:
                 reference = qc
@@ -247,17 +249,21 @@ def bench(args):
                 "compile_s": c_s, "run_s": run_s, "scenario_steps_per_s": batch * steps / run_s,
                 "max_violation": max_violation(qc, steps, args.dt, p64),
                 "max_state_error_vs_float64": float(np.max(np.abs(qc - reference))),
+                "output_dtype": computed_in,
             }  # fmt: skip
             if batch <= args.naive_max_batch:
                 c_s, run_s, (qb, _) = timed_jit(
                     functools.partial(naive_jax, dt=dt, steps=steps),
                     jnp.asarray(q0), jnp.asarray(qd0), p_jax, repeats=repeats,
                 )  # fmt: skip
+                computed_in = str(qb.dtype)
                 qb = np.asarray(qb, np.float64)
                 row["naive_jax"] = {
                     "compile_s": c_s, "run_s": run_s, "scenario_steps_per_s": batch * steps / run_s,
                     "max_violation": max_violation(qb, steps, args.dt, p64),
                     "max_state_error_vs_ukjax": float(np.max(np.abs(qb - qc))),
+                    "max_state_error_vs_float64_ukjax": float(np.max(np.abs(qb - reference))),
+                    "output_dtype": computed_in,
                 }  # fmt: skip
             if dtype is np.float64:
                 k = min(batch, args.numpy_scenarios)
@@ -275,6 +281,75 @@ def bench(args):
     return {"model_check_relative_qdd_error": model_error, "steps": steps, "rows": rows}
 
 
+def _ns_per_eval(f, q0, qd0, reps):
+    """Nanoseconds per scenario of ``vmap(f)(q, qd)``, evaluated ``reps`` times inside one compiled loop."""
+    batch = q0.shape[0]
+
+    def loop(q, qd):
+        def body(_, acc):
+            out = jax.vmap(f)(q + 1e-12 * acc, qd)  # depends on the previous pass: nothing is hoisted
+            return acc + 1e-30 * out.reshape(batch, -1)[:, :1]
+
+        return jax.lax.fori_loop(0, reps, body, jnp.zeros((batch, 1), q.dtype))
+
+    compiled = jax.jit(loop).lower(q0, qd0).compile()
+    jax.block_until_ready(compiled(q0, qd0))
+    best = np.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(q0, qd0))
+        best = min(best, time.perf_counter() - start)
+    return best / reps / batch * 1e9
+
+
+def _matmul_unrolled(a, b):
+    return sum(a[:, k, None] * b[None, k, :] for k in range(a.shape[1]))
+
+
+def profile_rhs(system, params, base, batch, seed, reps=50):
+    """Cost of each part of the right-hand side under ``vmap`` (ns per scenario per evaluation)."""
+    from ukjax import dynamics, linalg
+
+    q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, seed, np.float64))
+    closed = {k: jnp.asarray(v) for k, v in PAPER.items()}
+    t = 0.3
+
+    def terms(q, qd):
+        A, b = system.constraint_equations(q, qd, t, params)
+        return system.mass_matrix(q, t, params), system.given_force(q, qd, t, params), A, b
+
+    def gram(q, qd):
+        M, _, A, _ = terms(q, qd)
+        return A @ linalg.cho_solve(linalg.cholesky(M), A.T)
+
+    flat = lambda *xs: jnp.concatenate([jnp.ravel(x) for x in xs])
+    parts = {
+        "ukjax System.acceleration (whole right-hand side)": lambda q, qd: system.acceleration(
+            q, qd, t, params
+        ),
+        "  M and Q of ukjax.models.scara": lambda q, qd: flat(*terms(q, qd)[:2]),
+        "  A and b by autodiff of phi (with Baumgarte terms)": lambda q, qd: flat(*terms(q, qd)[2:]),
+        "  ukjax.uk_acceleration (default method), model included": lambda q, qd: dynamics.uk_acceleration(
+            *terms(q, qd)
+        ),
+        "    linalg.cholesky + cho_solve of M, with A M^-1 A^T": gram,
+        "    linalg.psd_pinv of G = A M^-1 A^T, G included": lambda q, qd: linalg.psd_pinv(gram(q, qd)),
+        "naive: closed-form M, Q, A, b": lambda q, qd: flat(*scara_terms(jnp, q, qd, t, closed)),
+        "naive: whole right-hand side (eigh, jnp.linalg.pinv)": lambda q, qd: uk_sqrt_form(
+            jnp, jnp.linalg, q, qd, t, closed
+        ),
+        "4x4 @ 4x4 @ 4x4 by jnp.matmul (dot_general)": lambda q, qd: (lambda X: X @ X @ X)(jnp.outer(q, qd)),
+        "4x4 @ 4x4 @ 4x4 by unrolled outer-product sums": lambda q, qd: (
+            lambda X: _matmul_unrolled(_matmul_unrolled(X, X), X)
+        )(jnp.outer(q, qd)),
+    }
+    result = {}
+    for name, f in parts.items():
+        result[name.strip()] = _ns_per_eval(f, q0, qd0, reps)
+        print(f"{name:<60} {result[name.strip()]:9.0f} ns per scenario-evaluation", flush=True)
+    return result
+
+
 def format_row(row) -> str:
     parts = [f"batch {row['batch']:>5} {row['dtype']:<7}"]
     for name in ("numpy", "naive_jax", "ukjax"):
@@ -290,6 +365,21 @@ def format_row(row) -> str:
         if name in row:
             parts.append(f"ukjax/{name} {ukjax_rate / row[name]['scenario_steps_per_s']:.1f}x")
     return " | ".join(parts)
+
+
+def source_state() -> dict:
+    """The commit measured and the files of ``ukjax/`` that differ from it (uncommitted code measured)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        git = lambda *cmd: subprocess.run(
+            ["git", *cmd], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        return {
+            "commit": git("rev-parse", "HEAD"),
+            "modified": git("status", "--short", "ukjax").splitlines(),
+        }
+    except OSError:
+        return {}
 
 
 def machine_tag(env) -> str:
@@ -312,11 +402,22 @@ def main(argv=None):
     parser.add_argument("--naive-max-batch", type=int, default=8192, help="largest batch for naive JAX")
     parser.add_argument("--float32", action="store_true", help="also measure float32 throughput and error")
     parser.add_argument(
+        "--profile", type=int, default=1024, help="batch size of the right-hand-side cost breakdown (0: none)"
+    )
+    parser.add_argument(
         "--out", default=None, help="JSON path (default benchmarks/results/throughput-<machine>.json)"
     )
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     results = bench(args)
+    if args.profile:
+        from ukjax.models import scara
+
+        params = scara.default_params()
+        print(f"right-hand-side cost breakdown at batch {args.profile} (vmap, float64):")
+        results["profile_ns_per_scenario_eval"] = profile_rhs(
+            scara.system(), params, scara.initial_state(params), args.profile, args.seed
+        )
     env = environment()
     out = Path(args.out or Path(__file__).parent / "results" / f"throughput-{machine_tag(env)}.json")
     payload = {
@@ -324,6 +425,7 @@ def main(argv=None):
         f"fixed step {args.dt} s over {args.duration} s ({results['steps']} steps) for every contender; "
         "numpy rate extrapolated from the timed scenarios where 'extrapolated' is true",
         "config": vars(args) | {"out": str(out)},
+        "source": source_state(),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         **results,

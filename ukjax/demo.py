@@ -45,39 +45,25 @@ VELOCITY_NOISE = 0.01
 TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
 
 
+FLAGS = (
+    ("--scenarios", int, 1024, "number of scenarios"),
+    ("--duration", float, 5.0, "simulated seconds; 5 s is one revolution of the helix"),
+    ("--dt", float, 5e-3, "fixed Tsit5 step in seconds"),
+    ("--seed", int, 0, "random seed of the perturbations"),
+    ("--spread", float, 0.05, "relative spread of masses, lengths, inertias"),
+    ("--angle-noise", float, 1.0, "standard deviation of the initial joint-angle errors, degrees"),
+    ("--saves", int, 201, "saved time points per scenario"),
+    ("--out", str, "ukjax-demo", "output folder"),
+)
+
+
 def add_arguments(parser) -> None:
     """Flags of ``ukjax demo`` (defaults: 1024 scenarios over one revolution of the paper's helix)."""
+    for flag, kind, default, text in FLAGS:
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     parser.add_argument(
-        "--scenarios", type=int, default=1024, help="number of scenarios (default %(default)s)"
+        "--no-progress", action="store_true", help="no progress bar while integrating (diffrax's tqdm meter)"
     )
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=5.0,
-        help="simulated seconds; 5 s is one revolution (default %(default)s)",
-    )
-    parser.add_argument(
-        "--dt", type=float, default=5e-3, help="fixed Tsit5 step in seconds (default %(default)s)"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="random seed of the perturbations (default %(default)s)"
-    )
-    parser.add_argument(
-        "--spread",
-        type=float,
-        default=0.05,
-        help="relative spread of masses, lengths, inertias (default %(default)s)",
-    )
-    parser.add_argument(
-        "--angle-noise",
-        type=float,
-        default=1.0,
-        help="std of initial joint-angle errors, degrees (default %(default)s)",
-    )
-    parser.add_argument(
-        "--saves", type=int, default=201, help="saved time points per scenario (default %(default)s)"
-    )
-    parser.add_argument("--out", default="ukjax-demo", help="output folder (default %(default)s)")
 
 
 def sample_scenarios(key, params, q0, qd0, count, *, spread, angle_noise_deg):
@@ -240,6 +226,7 @@ def run(args) -> dict:
     def integrate(q0s, qd0s, batch):
         return ukjax.simulate_batch(
             system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt, max_steps=steps + 1,
+            progress=not args.no_progress,
         )  # fmt: skip
 
     print(
