@@ -15,6 +15,9 @@ STUDIES: dict[str, str] = {
     "swarm": "ukjax.studies.swarm",
     "two_mass_spring": "ukjax.studies.two_mass_spring",
     "coordinated_robots": "ukjax.studies.coordinated_robots",
+    "scara": "ukjax.studies.scara",
+    "spiral": "ukjax.studies.spiral",
+    "five_bar": "ukjax.studies.five_bar",
 }
 
 
