@@ -10,6 +10,15 @@ _enable_float64()
 from ukjax.linalg import pinv as pinv  # noqa: E402
 from ukjax.linalg import PINV_METHODS as PINV_METHODS  # noqa: E402
 from ukjax.dynamics import uk_acceleration as uk_acceleration  # noqa: E402
+from ukjax.dynamics import uk_acceleration_eq35 as uk_acceleration_eq35  # noqa: E402
+from ukjax.dynamics import uk_constraint_force as uk_constraint_force  # noqa: E402
+from ukjax.dynamics import ConstraintForce as ConstraintForce  # noqa: E402
+from ukjax.dynamics import kkt_acceleration as kkt_acceleration  # noqa: E402
+from ukjax.dynamics import singular_mass_acceleration as singular_mass_acceleration  # noqa: E402
+from ukjax.dynamics import recursive_uk_acceleration as recursive_uk_acceleration  # noqa: E402
+from ukjax.dynamics import constraint_consistency as constraint_consistency  # noqa: E402
+from ukjax._checks import InputStatus as InputStatus  # noqa: E402
+from ukjax._checks import input_status as input_status  # noqa: E402
 from ukjax.control import ClosedLoop as ClosedLoop  # noqa: E402
 from ukjax.control import closed_loop_acceleration as closed_loop_acceleration  # noqa: E402
 from ukjax.control import consistent_state as consistent_state  # noqa: E402

@@ -1,21 +1,358 @@
-"""The Udwadia-Kalaba equation (provisional core; the foundation issue completes this module)."""
+"""The Udwadia-Kalaba (UK) equation family: constrained accelerations and constraint forces.
+
+Notation, used by all of ukjax
+------------------------------
+n generalized coordinates q; M(q, t) the n x n symmetric mass matrix; Q(q, q̇, t) the given (applied)
+generalized force; the m constraints in second-order form A(q, q̇, t) q̈ = b(q, q̇, t); c(q, q̇, t) the
+non-ideal constraint vector: the constraint force Q^c does the work vᵀQ^c = vᵀc on every virtual
+displacement v (A v = 0), the extended D'Alembert principle of Liu et al. (2015, seed 000 eq. 8).
+Derived names: a = M⁻¹Q the unconstrained acceleration, G = A M⁻¹Aᵀ, B = A M^{-1/2}, and λ the Lagrange
+multipliers with Q^c_id = Aᵀλ.
+
+==================  =================  ===================  ===================  ==================
+ukjax               Liu et al. 2015    de Falco et al.      Orsino               Xu & Liu 2017
+                    (seed 000)         (seed 004)           (seed 003)           (seed 001)
+==================  =================  ===================  ===================  ==================
+M, q̈                M, q̈               M, q̈                 M, α                 M, q̈
+Q                   Q                  F                    f                    Q
+A, b                Â, b̂ (eq. 5)       Ψ_q, γ               A_r, b_r             A, b
+c                   c (eq. 12)         C (eq. 43)           --                   --
+a = M⁻¹Q            M⁻¹Q               q̈_f (eq. 25)         α_0                  M⁻¹Q
+B = A M^{-1/2}      B̂                  D (eq. 28b)          H_r                  --
+G = A M⁻¹Aᵀ         --                 Q (eq. 34)           A_r M⁻¹A_r*          A M⁻¹Aᵀ
+λ, Q^c_id = Aᵀλ     --                 -λ (eq. 23)          λ_r (eq. 4.1)        λ (eq. 10)
+==================  =================  ===================  ===================  ==================
+
+The equation (seed 000 eq. 11-13)::
+
+    M q̈ = Q + Q^c_id + Q^c_nid,
+    Q^c_id  = M^{1/2} B⁺ (b - A M⁻¹Q),          (ideal: vᵀQ^c_id = 0 for A v = 0)
+    Q^c_nid = M^{1/2} (I - B⁺B) M^{-1/2} c.      (non-ideal: vᵀQ^c_nid = vᵀc for A v = 0)
+
+q̈ is the unique minimizer of Gauss's function (q̈ - a)ᵀM(q̈ - a) - 2 cᵀq̈ subject to A q̈ = b, for every A
+(rank deficient too) when b is consistent (A A⁺ b = b); otherwise the least-squares acceleration in the
+M-metric.
+
+Forms provided, all pure functions of arrays, differentiable, ``jit``/``vmap``-able:
+
+* :func:`uk_acceleration_eq35` (the default of :func:`uk_acceleration`): Cholesky of M and the Moore-Penrose
+  inverse of the m x m matrix G (seed 004 eq. 35). Since B⁺ = Bᵀ(BBᵀ)⁺ for every B, and BBᵀ = G,
+  M^{-1/2}B⁺ = M⁻¹Aᵀ(AM⁻¹Aᵀ)⁺ (accelerations) and M^{1/2}B⁺ = Aᵀ(AM⁻¹Aᵀ)⁺ (forces) for positive-definite
+  M, so it equals the reference form.
+* the reference form (``method`` one of :data:`ukjax.linalg.PINV_METHODS`): M^{±1/2} by a symmetric
+  eigendecomposition and B⁺ by the chosen generalized-inverse algorithm (seed 000 eq. 13, seed 004 eq. 31),
+  as in the algorithm comparison of de Falco et al.
+* :func:`kkt_acceleration`: the Lagrange-multiplier (augmented, KKT) system, solved by least squares.
+* :func:`singular_mass_acceleration`: the de Falco (seed 004 eq. 41) and Udwadia-Phohomsiri (seed 004
+  eq. 42-43) forms for a positive-semidefinite M with rank [M; A] = n.
+* :func:`recursive_uk_acceleration`: constraint blocks enforced one after another by a Kalman update
+  (Orsino, seed 003 eq. 4.14-4.18), optionally with clearance covariances.
+
+Rank tolerance ``rtol``: passed to the generalized inverse the form computes (see :func:`ukjax.linalg.pinv`);
+a float, or a traced scalar (a leaf of a parameter pytree), without derivative. The Cholesky form inverts G,
+whose singular values are those of B squared and whose null directions carry round-off of order n eps ‖G‖;
+its default, :func:`gram_rtol`, is 10 max(m, n) eps, which drops directions with σ(B)/σ_max(B) below about
+4e-7 (n = 8) that the reference form, with its default max(m, n) eps on B, still keeps.
+
+Input checks (:mod:`ukjax._checks`): shapes are checked at trace time, always. Every function takes
+``check=False``; ``check=True`` adds ``equinox.error_if`` tests (non-finite input, asymmetric M, M not
+positive (semi)definite as the form requires) that raise under ``jit`` and ``vmap``. Every form reads only
+the symmetric part (M + Mᵀ)/2 of M. Each function is compiled (``jax.jit``) on first call per shape.
+"""
 
 from __future__ import annotations
 
+import functools
+
+import equinox as eqx
+import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 
-from ukjax.linalg import pinv
+from ukjax._checks import constraint_consistency as constraint_consistency
+from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
+from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv
+
+ACCELERATION_METHODS = ("cholesky",) + tuple(PINV_METHODS)
+"""Values of ``method`` for :func:`uk_acceleration`: the Cholesky form or a generalized-inverse algorithm."""
+
+SINGULAR_MASS_FORMS = ("falco", "phohomsiri")
+
+RECURSIVE_RTOL = 1e-10
+"""Default rank tolerance of :func:`recursive_uk_acceleration`, relative to a block's unconstrained scale."""
 
 
-def uk_acceleration(M, Q, A, b, c=None, *, method: str = "cholesky", rtol: float | None = None):
-    """q̈ = a + M⁻¹Aᵀ(AM⁻¹Aᵀ)⁺(b - A a) [+ non-ideal part], a = M⁻¹Q (seed 004 eq. 35, seed 000 eq. 13)."""
-    L = jnp.linalg.cholesky(M)
-    a = jsl.cho_solve((L, True), Q)
-    MinvAT = jsl.cho_solve((L, True), A.T)
+class ConstraintForce(eqx.Module):
+    """The constraint force of seed 000 eq. 7: ``ideal`` (eq. 11) + ``nonideal`` (eq. 12) = ``total``."""
+
+    ideal: jax.Array
+    nonideal: jax.Array
+
+    @property
+    def total(self) -> jax.Array:
+        return self.ideal + self.nonideal
+
+
+def gram_rtol(m: int, n: int, dtype=jnp.float64) -> float:
+    """Default rank tolerance for G = A M⁻¹Aᵀ: 10 max(m, n) eps (see the module docstring)."""
+    return 10 * max(m, n, 1) * float(jnp.finfo(dtype).eps)
+
+
+def _psd_pinv(G, rtol):
+    """Moore-Penrose inverse of a symmetric positive-semidefinite matrix."""
+    return pinv(G, "svd", rtol)
+
+
+@jax.custom_jvp
+def _spd_sqrt_pair(M):
+    """(M^{1/2}, M^{-1/2}) of a symmetric positive-definite M by M = V diag(w) Vᵀ."""
+    w, V = jnp.linalg.eigh(M)
+    s = jnp.sqrt(w)
+    return (V * s) @ V.T, (V / s) @ V.T
+
+
+@_spd_sqrt_pair.defjvp
+def _spd_sqrt_pair_jvp(primals, tangents):
+    # S dS + dS S = dM is diagonal in the eigenbasis with divisor s_i + s_j > 0: finite for repeated
+    # eigenvalues, where the derivative of eigh itself is not.
+    (M,), (dM,) = primals, tangents
+    w, V = jnp.linalg.eigh(M)
+    s = jnp.sqrt(w)
+    S, S_inv = (V * s) @ V.T, (V / s) @ V.T
+    dS = V @ ((V.T @ dM @ V) / (s[:, None] + s[None, :])) @ V.T
+    return (S, S_inv), (dS, -S_inv @ dS @ S_inv)
+
+
+def _eq35_terms(M, Q, A, b, c, rtol):
+    """(q̈, Q^c_id, Q^c_nid) by a Cholesky of M and G⁺, G = A M⁻¹Aᵀ (seed 004 eq. 34-36)."""
+    F = Q if c is None else Q + c
+    solved = cho_solve(cholesky(M), jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
+    a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
     G = A @ MinvAT
-    qdd = a + MinvAT @ (pinv(G, "svd", rtol) @ (b - A @ a))
-    if c is not None:
-        Minvc = jsl.cho_solve((L, True), c)
-        qdd = qdd + Minvc - MinvAT @ (pinv(G, "svd", rtol) @ (A @ Minvc))
-    return qdd
+    G_pinv = _psd_pinv(G, gram_rtol(G.shape[0], M.shape[0], M.dtype) if rtol is None else rtol)
+    qdd = a_F + MinvAT @ (G_pinv @ (b - A @ a_F))
+    ideal = A.T @ (G_pinv @ (b - A @ a))
+    nonideal = jnp.zeros_like(Q) if c is None else c - A.T @ (G_pinv @ (A @ (a_F - a)))
+    return qdd, ideal, nonideal
+
+
+def _reference_terms(M, Q, A, b, c, method, rtol):
+    """(q̈, Q^c_id, Q^c_nid) by M^{±1/2} and B⁺, B = A M^{-1/2} (seed 000 eq. 11-13, seed 004 eq. 31)."""
+    S, S_inv = _spd_sqrt_pair(M)
+    a = S_inv @ (S_inv @ Q)
+    B = A @ S_inv
+    B_pinv = pinv(B, method, rtol)
+    y = B_pinv @ (b - A @ a)
+    qdd, ideal = a + S_inv @ y, S @ y
+    if c is None:
+        return qdd, ideal, jnp.zeros_like(Q)
+    z = S_inv @ c
+    z_free = z - B_pinv @ (B @ z)
+    return qdd + S_inv @ z_free, ideal, S @ z_free
+
+
+@functools.partial(jax.jit, static_argnames=("where", "method", "check"))
+def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
+    if check:
+        M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
+    M = symmetric_part(M)
+    if method == "cholesky":
+        return _eq35_terms(M, Q, A, b, c, rtol)
+    return _reference_terms(M, Q, A, b, c, method, rtol)
+
+
+def _uk(where, M, Q, A, b, c, method, rtol, check):
+    if method not in ACCELERATION_METHODS:
+        raise ValueError(f"{where}: unknown method {method!r}; choose one of {ACCELERATION_METHODS}")
+    M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
+    # ``where`` only names the function in check messages; unchecked, the three public names share a compile.
+    check = bool(check)
+    return _uk_terms(M, Q, A, b, c, rtol, where=where if check else "", method=method, check=check)
+
+
+def uk_acceleration(M, Q, A, b, c=None, *, method: str = "cholesky", rtol=None, check: bool = False):
+    """Constrained acceleration q̈ of the Udwadia-Kalaba equation with ideal and non-ideal constraints.
+
+        M q̈ = Q + M^{1/2}B⁺(b - A M⁻¹Q) + M^{1/2}(I - B⁺B)M^{-1/2}c,   B = A M^{-1/2}
+
+    (Liu et al. 2015, seed 000 eq. 13; with c = None the ideal equation, eq. 15, and seed 004 eq. 31).
+
+    ``method="cholesky"`` (default) evaluates the same q̈ by seed 004 eq. 35 (:func:`uk_acceleration_eq35`):
+    one Cholesky factorization of M (n³/3 flops), triangular solves and the Moore-Penrose inverse of the
+    m x m matrix A M⁻¹Aᵀ, instead of an n x n symmetric square root (an eigendecomposition, ~9n³ flops) and
+    the generalized inverse of the m x n matrix A M^{-1/2}. The identity M^{-1/2}(AM^{-1/2})⁺ =
+    M⁻¹Aᵀ(AM⁻¹Aᵀ)⁺, valid for positive-definite M, makes the two equal. ``method`` in
+    :data:`ukjax.linalg.PINV_METHODS` evaluates eq. 13 literally, B⁺ by that algorithm (the reference).
+
+    Args:
+        M: (n, n) symmetric positive-definite mass matrix. Q: (n,) given force.
+        A: (m, n), b: (m,): the constraints A q̈ = b, of any rank.
+        c: (n,) non-ideal constraint vector, or None for ideal constraints.
+        rtol: rank tolerance of the generalized inverse (module docstring). check: raise on invalid input.
+    """
+    return _uk("uk_acceleration", M, Q, A, b, c, method, rtol, check)[0]
+
+
+def uk_acceleration_eq35(M, Q, A, b, c=None, *, rtol=None, check: bool = False):
+    """q̈ = (I - H A) M⁻¹(Q + c) + H b,  H = M⁻¹Aᵀ(A M⁻¹Aᵀ)⁺  (de Falco et al., seed 004 eq. 35-36).
+
+    The least-squares solution of the augmented system by a Cholesky of M and an m x m generalized inverse:
+    the cheapest form for positive-definite M. The non-ideal vector c enters as an extra given force,
+    because M^{1/2}(I - B⁺B)M^{-1/2}c = c - Aᵀ(AM⁻¹Aᵀ)⁺AM⁻¹c (seed 000 eq. 12). Arguments as in
+    :func:`uk_acceleration`.
+    """
+    return _uk("uk_acceleration_eq35", M, Q, A, b, c, "cholesky", rtol, check)[0]
+
+
+def uk_constraint_force(
+    M, Q, A, b, c=None, *, method: str = "cholesky", rtol=None, check: bool = False
+) -> ConstraintForce:
+    """Ideal and non-ideal constraint forces, seed 000 eq. 11 and 12 (Liu et al. 2015).
+
+    Q^c_id = M^{1/2}B⁺(b - A M⁻¹Q) = Aᵀ(A M⁻¹Aᵀ)⁺(b - A M⁻¹Q) does no work on virtual displacements;
+    Q^c_nid = M^{1/2}(I - B⁺B)M^{-1/2}c does the work vᵀc on every v with A v = 0.
+    Arguments as in :func:`uk_acceleration`; ``M q̈ = Q + result.total``.
+    """
+    _, ideal, nonideal = _uk("uk_constraint_force", M, Q, A, b, c, method, rtol, check)
+    return ConstraintForce(ideal=ideal, nonideal=nonideal)
+
+
+def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
+    """(q̈, λ) from the Lagrange-multiplier system, solved as a minimum-norm least-squares problem:
+
+        [[M, -Aᵀ], [A, 0]] [q̈; λ] = [Q; b]      (Xu & Liu 2017, seed 001 eq. 10)
+
+    Sign convention: M q̈ = Q + Aᵀλ, so the ideal constraint force is Aᵀλ (seed 004 eq. 23 writes +Ψ_qᵀλ on
+    the left: its λ is the negative of this one). The Moore-Penrose inverse of the (n + m) square matrix gives
+    the solution for rank-deficient A too (λ is then the minimum-norm multiplier (AM⁻¹Aᵀ)⁺(b - AM⁻¹Q)), and
+    for a semidefinite M with rank [M; A] = n. The baseline the UK forms are compared with: an SVD of size
+    n + m. ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
+    """
+    M, Q, A, b, _ = validate_system("kkt_acceleration", M, Q, A, b)
+    return _kkt(M, Q, A, b, rtol, check=bool(check))
+
+
+@functools.partial(jax.jit, static_argnames=("check",))
+def _kkt(M, Q, A, b, rtol, *, check):
+    if check:
+        M = raise_if_invalid("kkt_acceleration", M, Q, A, b, mass="semidefinite", A=A, rtol=rtol)
+    M = symmetric_part(M)
+    n, m = M.shape[0], A.shape[0]
+    K = jnp.block([[M, -A.T], [A, jnp.zeros((m, m), M.dtype)]])
+    sol = pinv(K, "svd", rtol) @ jnp.concatenate([Q, b])
+    return sol[:n], sol[n:]
+
+
+def singular_mass_acceleration(
+    M, Q, A, b, c=None, *, form: str = "falco", method: str = "svd", rtol=None, check: bool = False
+):
+    """q̈ for a positive-semidefinite (possibly singular) M with a unique constrained motion, rank [M; A] = n.
+
+    With E = I - A⁺A, the projector onto the virtual displacements, the motion is fixed by
+    E(M q̈ - Q - c) = 0 and A q̈ = b (seed 000 eq. 8). Two closed forms (de Falco et al., seed 004):
+
+    * ``form="falco"`` (eq. 37-41): q̈ = Q̃(Q + c) + (A⁺ - Q̃ M A⁺) b,  Q̃ = (E M E)⁺.
+      Eq. 41 is printed without c; c enters with Q, as it does in eq. 43.
+    * ``form="phohomsiri"`` (eq. 42-43, Udwadia and Phohomsiri 2006), with η = 0 because [E M; A] has full
+      column rank n when the motion is unique: q̈ = [E M; A]⁺ [E(Q + c); b]. Seed 004 prints the right-hand
+      side as [Q + c; b]; for consistent b the least-squares solution is the same, since (I - E)(Q + c) is
+      orthogonal to the range of E M, and ukjax projects explicitly.
+
+    ``method`` is the generalized-inverse algorithm (:data:`ukjax.linalg.PINV_METHODS`) for A⁺ and for Q̃ or
+    [E M; A]⁺, ``rtol`` its rank tolerance. For positive-definite M both equal :func:`uk_acceleration`.
+    ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
+    """
+    where = "singular_mass_acceleration"
+    if form not in SINGULAR_MASS_FORMS:
+        raise ValueError(f"{where}: unknown form {form!r}; choose one of {SINGULAR_MASS_FORMS}")
+    M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
+    return _singular_mass(M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
+
+
+@functools.partial(jax.jit, static_argnames=("form", "method", "check"))
+def _singular_mass(M, Q, A, b, c, rtol, *, form, method, check):
+    if check:
+        M = raise_if_invalid("singular_mass_acceleration", M, Q, A, b, c, mass="semidefinite", A=A, rtol=rtol)
+    M = symmetric_part(M)
+    F = Q if c is None else Q + c
+    A_pinv = pinv(A, method, rtol)
+    E = jnp.eye(M.shape[0], dtype=M.dtype) - A_pinv @ A
+    if form == "falco":
+        Q_tilde = pinv(E @ M @ E, method, rtol)
+        return Q_tilde @ F + A_pinv @ b - Q_tilde @ (M @ (A_pinv @ b))
+    M_bar = jnp.concatenate([E @ M, A], axis=0)
+    return pinv(M_bar, method, rtol) @ jnp.concatenate([E @ F, b])
+
+
+def recursive_uk_acceleration(
+    M,
+    Q,
+    blocks,
+    R=None,
+    *,
+    rtol=None,
+    covariance_update: str = "joseph",
+    return_covariance: bool = False,
+    check: bool = False,
+):
+    """q̈ by enforcing constraint blocks A_k q̈ = b_k one after another by a Kalman update (seed 003 §4).
+
+    Orsino's recursive UK algorithm. Start from the unconstrained acceleration a_0 = M⁻¹Q with covariance
+    P_0 = M⁻¹ (seed 003 works in the coordinates M^{1/2}q̈, where P_0 = I; in q̈ it is M⁻¹). Per block::
+
+        K = P A_kᵀ (A_k P A_kᵀ + R_k)⁺                          (eq. 4.16, 4.17)
+        a ← a + K (b_k - A_k a)                                 (eq. 4.14)
+        P ← (I - K A_k) P (I - K A_k)ᵀ + K R_k Kᵀ               (Joseph form, eq. 4.15, 4.18)
+        P ← (I - K A_k) P                                       (covariance_update="simple")
+
+    The two updates agree in exact arithmetic; the Joseph form keeps P symmetric positive semidefinite.
+    With every R_k = 0 (None) the result equals one-shot :func:`uk_acceleration` with the stacked
+    constraints, including blocks that repeat or depend on earlier rows: the generalized inverse drops the
+    directions already enforced. That rank decision is relative to the block's unconstrained scale
+    max diag(A_k M⁻¹A_kᵀ + R_k), not to A_k P A_kᵀ itself, which is pure round-off for a redundant block;
+    ``rtol=None`` means :data:`RECURSIVE_RTOL`. A covariance R_k > 0 models clearance (eq. 4.17-4.18): block
+    k holds only approximately, and q̈ minimizes (q̈ - a_0)ᵀM(q̈ - a_0) + Σ_k (A_k q̈ - b_k)ᵀR_k⁻¹(A_k q̈ - b_k).
+
+    Args:
+        M: (n, n) positive-definite mass matrix. Q: (n,) given force.
+        blocks: sequence of pairs (A_k (m_k, n), b_k (m_k,)).
+        R: None, or a sequence with one symmetric positive-semidefinite (m_k, m_k) matrix or None per block.
+        return_covariance: also return the final covariance P (n, n).
+
+    Returns:
+        q̈, or (q̈, P) when ``return_covariance``.
+    """
+    where = "recursive_uk_acceleration"
+    if covariance_update not in ("joseph", "simple"):
+        raise ValueError(f"{where}: covariance_update must be joseph or simple, not {covariance_update!r}")
+    M, Q, _, _, _ = validate_system(where, M, Q)
+    As, bs, Rs = validate_blocks(where, M.shape[0], blocks, R)
+    acc, P = _recursive(M, Q, As, bs, Rs, rtol, covariance_update=covariance_update, check=bool(check))
+    return (acc, P) if return_covariance else acc
+
+
+@functools.partial(jax.jit, static_argnames=("covariance_update", "check"))
+def _recursive(M, Q, As, bs, Rs, rtol, *, covariance_update, check):
+    if check:
+        noises = [R_k for R_k in Rs if R_k is not None]
+        M = raise_if_invalid("recursive_uk_acceleration", M, Q, *As, *bs, *noises, mass="definite")
+    M = symmetric_part(M)
+    n = M.shape[0]
+    rtol = RECURSIVE_RTOL if rtol is None else rtol
+    identity = jnp.eye(n, dtype=M.dtype)
+    P0 = cho_solve(cholesky(M), identity)
+    acc, P = P0 @ Q, P0
+    for A_k, b_k, R_k in zip(As, bs, Rs, strict=True):
+        m_k = A_k.shape[0]
+        noise = jnp.zeros((m_k, m_k), M.dtype) if R_k is None else symmetric_part(R_k)
+        S = A_k @ P @ A_k.T + noise
+        scale = jax.lax.stop_gradient(jnp.max(jnp.diagonal(A_k @ P0 @ A_k.T + noise), initial=0.0))
+        # A generalized inverse cuts rank relative to its own size; the padded entry sets that size to scale.
+        padded = jnp.zeros((m_k + 1, m_k + 1), M.dtype).at[:m_k, :m_k].set(S).at[m_k, m_k].set(scale)
+        K = P @ A_k.T @ _psd_pinv(padded, rtol)[:m_k, :m_k]
+        acc = acc + K @ (b_k - A_k @ acc)
+        if covariance_update == "joseph":
+            I_KA = identity - K @ A_k
+            P = I_KA @ P @ I_KA.T + K @ noise @ K.T
+        else:
+            P = P - K @ (A_k @ P)
+    return acc, P
