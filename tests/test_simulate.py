@@ -186,15 +186,24 @@ def test_nonfinite_parameters_and_blow_up_give_status():
 def test_nonfinite_force_during_an_adaptive_run_collapses_the_step():
     # Q = sqrt(0.5 - t) is NaN after t = 0.5: the controller rejects NaN steps until dt < 1e-12 (t1 - t0) and
     # stops (measured 109 steps) instead of spending max_steps on rejected steps.
-    system = System(
-        mass=lambda q, t, p: jnp.eye(1), force=lambda q, qd, t, p: jnp.sqrt(0.5 - t) * jnp.ones(1), n=1
-    )
+    traces = []
+
+    def force(q, qd, t, p):
+        traces.append(None)  # Python side effect: runs only while JAX traces, never in a compiled call
+        return jnp.sqrt(0.5 - t) * jnp.ones(1)
+
+    system = System(mass=lambda q, t, p: jnp.eye(1), force=force, n=1)
     sol = simulate(system, jnp.zeros(1), jnp.zeros(1), {}, t1=1.0)
     assert int(sol.status) == RESULTS.step_size_collapse
     assert int(sol.num_steps) < 1000
     # Before t = 0.5 the motion is right: q̇ = (2/3)(0.5^{3/2} - (0.5 - t)^{3/2}) (closed form).
     t = sol.ts[:50]
     assert_tree_allclose(sol.qd[:50, 0], (2.0 / 3.0) * (0.5**1.5 - (0.5 - t) ** 1.5), rtol=0.0, atol=1e-7)
+    # New numbers (t1, q0, tolerances, throw) reuse the compiled program: no new trace. Stopping at t1 = 0.4,
+    # before the singularity, succeeds.
+    count = len(traces)
+    sol = simulate(system, f64([1.0]), jnp.zeros(1), {}, t1=0.4, rtol=1e-6, atol=1e-6, throw=True)
+    assert int(sol.status) == RESULTS.success and len(traces) == count
 
 
 def test_inconsistent_constraints_status_and_throw():
