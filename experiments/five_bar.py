@@ -1,0 +1,5 @@
+import sys
+
+from ukjax.cli import main
+
+sys.exit(main(["run", "five_bar", *sys.argv[1:]]))
