@@ -216,3 +216,20 @@ def test_bad_shapes_raise():
         fj.beta_closed_form(1.0, jnp.zeros(2), PARAMS)
     with pytest.raises(ValueError, match="motor"):
         fj.initial_state(PARAMS, motor="stiff")
+
+
+@pytest.mark.slow
+def test_gradient_through_the_simulation_matches_the_closed_form():
+    T = 1.0
+
+    def beta_at_T(P):
+        p = {**PARAMS, "P": P}
+        q0, qd0 = fj.initial_state(p)  # the matched motor state depends on P
+        sol = ukjax.simulate(SYSTEM, q0, qd0, p, t1=T, ts=jnp.array([T]), rtol=1e-10, atol=1e-10)
+        return fj.tracking_error(sol.q[-1], sol.qd[-1], p)[0]
+
+    P = float(PARAMS["P"][0, 0])
+    # β(T) = 0.9 e^{-T/P} for every P (matched motors): dβ(T)/dP = 0.9 T/P² e^{-T/P}; discrete-scheme
+    # derivative equal to it to about rtol.
+    expected = 0.9 * T / P**2 * np.exp(-T / P)
+    assert abs(float(jax.grad(beta_at_T)(PARAMS["P"])[0, 0]) - expected) < 1e-6 * abs(expected)

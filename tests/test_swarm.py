@@ -162,3 +162,21 @@ def test_bad_shapes_raise():
         swarm.performance_error(jnp.zeros(10), jnp.zeros(8), 0.0, PARAMS)
     with pytest.raises(ValueError, match="5 robots"):
         swarm.initial_state(swarm.default_params(num_robots=4))
+
+
+@pytest.mark.slow
+def test_gradient_through_the_simulation_matches_the_closed_form():
+    q0, qd0 = swarm.initial_state(PARAMS)
+    T = 1.0
+
+    def beta_at_T(kappa):
+        p = {**PARAMS, "kappa": kappa}
+        sol = ukjax.simulate(SYSTEM, q0, qd0, p, t1=T, ts=jnp.array([T]), rtol=1e-10, atol=1e-10)
+        return sol.velocity_residual[-1, 0]
+
+    beta0 = float(swarm.performance_error(q0, qd0, 0.0, PARAMS)[0])
+    kappa = PARAMS["kappa"]
+    # β₁(T) = e^{-κT} β₁(0) with β(0) independent of κ: dβ₁(T)/dκ = -T e^{-κT} β₁(0). Backpropagation through
+    # the adaptive solve differentiates the discrete scheme, equal to the exact derivative to about rtol.
+    expected = -T * np.exp(-float(kappa) * T) * beta0
+    assert abs(float(jax.grad(beta_at_T)(kappa)) - expected) < 1e-6 * abs(expected)
