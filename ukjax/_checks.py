@@ -31,10 +31,14 @@ import jax.numpy as jnp
 from ukjax.linalg import pinv
 
 SYMMETRY_RTOL = 1e-10
-"""M counts as symmetric when max|M - Mᵀ| <= SYMMETRY_RTOL * max|M|."""
+"""M counts as symmetric when max|M - Mᵀ| <= rtol max|M|, rtol = max(SYMMETRY_RTOL, 100 eps)."""
 
 CONSISTENCY_RTOL = 1e-8
-"""A q̈ = b counts as consistent when ‖A A⁺ b - b‖ <= CONSISTENCY_RTOL * (1 + ‖b‖)."""
+"""A q̈ = b counts as consistent when ‖A A⁺ b - b‖ <= rtol (1 + ‖b‖), rtol = max(CONSISTENCY_RTOL, √eps)."""
+
+
+def _eps(x) -> float:
+    return float(jnp.finfo(x.dtype).eps)
 
 
 def _as_float(x):
@@ -127,8 +131,9 @@ def is_finite(*arrays) -> jax.Array:
     return jnp.all(jnp.stack(flags)) if flags else jnp.array(True)
 
 
-def is_symmetric(M, rtol=SYMMETRY_RTOL) -> jax.Array:
-    """max|M - Mᵀ| <= rtol * max|M|."""
+def is_symmetric(M, rtol=None) -> jax.Array:
+    """max|M - Mᵀ| <= rtol * max|M| (``rtol=None``: see :data:`SYMMETRY_RTOL`)."""
+    rtol = max(SYMMETRY_RTOL, 100 * _eps(M)) if rtol is None else rtol
     return jnp.max(jnp.abs(M - M.T), initial=0.0) <= rtol * jnp.max(jnp.abs(M), initial=0.0)
 
 
@@ -154,7 +159,7 @@ def motion_is_unique(M, A, rtol=None) -> jax.Array:
     """
     stacked = jnp.concatenate([symmetric_part(M), A], axis=0)
     s = jnp.linalg.svd(stacked, compute_uv=False)
-    rtol = max(stacked.shape) * float(jnp.finfo(M.dtype).eps) if rtol is None else rtol
+    rtol = max(stacked.shape) * _eps(M) if rtol is None else rtol
     return s[-1] > rtol * s[0]
 
 
@@ -196,14 +201,17 @@ class InputStatus(eqx.Module):
 
 
 def input_status(
-    M, Q, A, b, c=None, *, rtol=None, symmetry_rtol=SYMMETRY_RTOL, consistency_rtol=CONSISTENCY_RTOL
+    M, Q, A, b, c=None, *, rtol=None, symmetry_rtol=None, consistency_rtol=None
 ) -> InputStatus:
     """Flags for one problem, NaN-free and jit/vmap-able: the non-raising counterpart of ``check=True``.
 
     ``constraints_consistent``: ‖A A⁺ b - b‖ <= consistency_rtol (1 + ‖b‖) (seed 000 eq. 27), ``rtol`` the
-    rank tolerance of A⁺. A non-finite input makes every flag that depends on it False.
+    rank tolerance of A⁺. ``None`` tolerances: see :data:`SYMMETRY_RTOL`, :data:`CONSISTENCY_RTOL`.
+    A non-finite input makes every flag that depends on it False.
     """
     M, Q, A, b, c = validate_system("input_status", M, Q, A, b, c)
+    if consistency_rtol is None:
+        consistency_rtol = max(CONSISTENCY_RTOL, _eps(b) ** 0.5)
     return _input_status(M, Q, A, b, c, rtol, symmetry_rtol, consistency_rtol)
 
 
