@@ -9,6 +9,8 @@ _enable_float64()
 
 from ukjax.linalg import pinv as pinv  # noqa: E402
 from ukjax.linalg import PINV_METHODS as PINV_METHODS  # noqa: E402
+from ukjax.linalg import psd_pinv as psd_pinv  # noqa: E402
+from ukjax.linalg import matrix_rank as matrix_rank  # noqa: E402
 from ukjax.dynamics import uk_acceleration as uk_acceleration  # noqa: E402
 from ukjax.dynamics import uk_acceleration_eq35 as uk_acceleration_eq35  # noqa: E402
 from ukjax.dynamics import uk_constraint_force as uk_constraint_force  # noqa: E402
