@@ -178,7 +178,7 @@ def _householder_qr(A, pivot):
             swap = _swap_index(j, _argmax_from(norms, j), n)
             R, perm = R[:, swap], perm[swap]
         v, beta, alpha = _house(jnp.where(rows >= j, R[:, j], 0), j)
-        R = R - beta * jnp.outer(v, v @ R) * (cols > j)
+        R = R - jnp.where(cols > j, beta * jnp.outer(v, v @ R), 0)
         R = R.at[:, j].set(jnp.where(rows < j, R[:, j], jnp.where(rows == j, alpha, 0)))
         return R, perm, V.at[:, j].set(v), betas.at[j].set(beta)
 
@@ -202,11 +202,11 @@ def _rz(R, keep):
         R, V, betas = carry
         i = k - 1 - t
         v, beta, _ = _house(jnp.where((cols == i) | (cols >= r), R[i], 0), i)
-        R = R - beta * jnp.outer(R @ v, v) * (rows <= i)[:, None]
+        R = R - jnp.where((rows <= i)[:, None], beta * jnp.outer(R @ v, v), 0)
         return R, V.at[:, i].set(v), betas.at[i].set(beta)
 
     R, V, betas = _loop(k, body, (R, jnp.zeros((n, k), R.dtype), jnp.zeros(k, R.dtype)))
-    T = jnp.triu(R[:, :k]) * keep[:, None] * keep[None, :]
+    T = jnp.where(keep[:, None] & keep[None, :], jnp.triu(R[:, :k]), 0)
     return T, (V, betas)
 
 
@@ -232,7 +232,7 @@ def _mgs_qr(A, keep=None, rtol=None):
         rjj = jnp.sqrt(W[:, j] @ W[:, j])
         ok = alive & (rjj > cutoff) if pivot else keep[j]
         q = _safe_div(W[:, j], rjj, ok)
-        row = (q @ W) * (cols > j)
+        row = jnp.where(cols > j, q @ W, 0)
         W = W - jnp.outer(q, row)
         R = R.at[j].set(row.at[j].set(jnp.where(ok, rjj, 0)))
         return W, R, Q.at[:, j].set(q), perm, ok, flags.at[j].set(ok)
@@ -296,7 +296,7 @@ def _pinv_householder(A, rtol):
     k = min(m, n)
     R, perm, (V, betas) = _householder_qr(A, True)
     keep = _rank_mask(jnp.diagonal(R), rtol)
-    T, (Z, z_betas) = _rz(R * keep[:, None], keep)
+    T, (Z, z_betas) = _rz(jnp.where(keep[:, None], R, 0), keep)
     QtE = _apply_reflectors(V, betas, jnp.eye(m, dtype=A.dtype))[:k]
     Y = _solve_upper(T, QtE, keep)
     X = jnp.zeros((n, m), A.dtype).at[:k].set(Y)
@@ -328,8 +328,8 @@ def _pinv_varga(A, rtol):
     k = min(m, n)
     G1, perm, (U, u_betas) = _householder_qr(A, True)
     keep = _rank_mask(jnp.diagonal(G1), rtol)
-    S, _, (V, v_betas) = _householder_qr((G1 * keep[:, None]).T, False)
-    S_inv = _solve_upper(S * keep[None, :], jnp.eye(k, dtype=A.dtype), keep)
+    S, _, (V, v_betas) = _householder_qr(jnp.where(keep[:, None], G1, 0).T, False)
+    S_inv = _solve_upper(jnp.where(keep[None, :], S, 0), jnp.eye(k, dtype=A.dtype), keep)
     V_k = _apply_reflectors(V, v_betas, jnp.eye(n, k, dtype=A.dtype), reverse=True)
     Ut_k = _apply_reflectors(U, u_betas, jnp.eye(m, dtype=A.dtype))[:k]
     return _unpermute_rows(V_k @ (S_inv.T @ Ut_k), perm)
@@ -470,7 +470,7 @@ def _psd_pinv_cholesky(G, rtol):
     init = (G, jnp.zeros_like(G), idx, jnp.array(True), jnp.zeros(n, bool))
     _, L, perm, _, keep = _loop(n, body, init)
     FtF = L.T @ L + jnp.diag(jnp.where(keep, 0, 1).astype(G.dtype))
-    Yt = cho_solve(cholesky(FtF), L.T) * keep[:, None]
+    Yt = jnp.where(keep[:, None], cho_solve(cholesky(FtF), L.T), 0)
     Y = _unpermute_rows(Yt.T, perm)
     return Y @ Y.T
 
