@@ -109,16 +109,15 @@ def test_runtime_checks(name):
 
 
 def test_checks_survive_jit_and_vmap():
-    f = jax.jit(lambda M, Q: dyn.uk_acceleration(M, Q, A46, B4, check=True))
-    assert_tree_allclose(f(M6, Q6), dyn.uk_acceleration(M6, Q6, A46, B4), rtol=1e-14, atol=1e-14)
-    with pytest.raises(CHECK_ERRORS, match="NaN or inf"):
-        jax.block_until_ready(f(M6, Q6.at[1].set(jnp.inf)))
-    with pytest.raises(CHECK_ERRORS, match="not positive definite"):
-        jax.block_until_ready(f(INDEFINITE, Q6))
+    """Every call above already runs compiled (ukjax jits its functions); here under an outer jit(vmap)."""
     batched = jax.jit(jax.vmap(lambda M, Q: dyn.uk_acceleration(M, Q, A46, B4, check=True)))
-    assert batched(jnp.stack([M6, 2 * M6]), jnp.stack([Q6, Q6])).shape == (2, 6)
+    Ms, Qs = jnp.stack([M6, 2 * M6]), jnp.stack([Q6, Q6])
+    expected = [dyn.uk_acceleration(M, Q, A46, B4) for M, Q in zip(Ms, Qs, strict=True)]
+    assert_tree_allclose(batched(Ms, Qs), jnp.stack(expected), rtol=1e-14, atol=1e-14)
+    with pytest.raises(CHECK_ERRORS, match="NaN or inf"):
+        jax.block_until_ready(batched(Ms, Qs.at[1, 1].set(jnp.inf)))
     with pytest.raises(CHECK_ERRORS, match="not positive definite"):  # one bad member stops the batch
-        jax.block_until_ready(batched(jnp.stack([M6, INDEFINITE]), jnp.stack([Q6, Q6])))
+        jax.block_until_ready(batched(jnp.stack([M6, INDEFINITE]), Qs))
 
 
 @pytest.mark.parametrize("name", ["uk_acceleration", "uk_acceleration_svd", "recursive_uk_acceleration"])

@@ -70,7 +70,7 @@ import jax.numpy as jnp
 
 from ukjax._checks import constraint_consistency as constraint_consistency
 from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
-from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv
+from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv
 
 ACCELERATION_METHODS = ("cholesky",) + tuple(PINV_METHODS)
 """Values of ``method`` for :func:`uk_acceleration`: the Cholesky form or a generalized-inverse algorithm."""
@@ -99,8 +99,9 @@ def gram_rtol(m: int, n: int, dtype=jnp.float64) -> float:
 
 
 def _psd_pinv(G, rtol):
-    """Moore-Penrose inverse of a symmetric positive-semidefinite matrix."""
-    return pinv(G, "svd", rtol)
+    """Moore-Penrose inverse of a symmetric positive-semidefinite matrix by pivoted Cholesky; the rank cut is
+    relative to the largest diagonal entry (:func:`ukjax.linalg.psd_pinv`)."""
+    return psd_pinv(G, rtol)
 
 
 @jax.custom_jvp
