@@ -399,7 +399,13 @@ def main(argv=None):
     parser.add_argument("--dt", type=float, default=5e-3, help="fixed Tsit5 step (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--numpy-scenarios", type=int, default=3, help="scenarios NumPy is timed on")
-    parser.add_argument("--naive-max-batch", type=int, default=8192, help="largest batch for naive JAX")
+    parser.add_argument(
+        "--naive-max-batch",
+        type=int,
+        default=1024,
+        help="largest batch for naive JAX (default %(default)s: at 8192, vmap of jnp.linalg.eigh/pinv never "
+        "returns on XLA:CPU with jax 0.10.2, every thread idle)",
+    )
     parser.add_argument("--float32", action="store_true", help="also measure float32 throughput and error")
     parser.add_argument(
         "--profile", type=int, default=1024, help="batch size of the right-hand-side cost breakdown (0: none)"
