@@ -24,9 +24,10 @@ from ukjax.linalg import (
 
 EPS = float(np.finfo(np.float64).eps)
 
-# Shapes of the Penrose/NumPy test: (m, n, rank of the rank-deficient member of the batch).
-SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (5, 5, 3), (12, 12, 11), (15, 18, 12), (19, 28, 10), (28, 19, 12),
-          (30, 30, 20)]
+# Shapes of the Penrose/NumPy test: (m, n, rank of the rank-deficient member of the batch). Each costs one
+# compilation per method; three of them run only with `pytest -m slow` to keep CI within its time budget.
+SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (12, 12, 11), (28, 19, 12), (30, 30, 20)]
+SLOW_SHAPES = [(5, 5, 3), (15, 18, 12), (19, 28, 10)]
 SMALL = (2, 3)  # shape of the transformation and derivative tests
 
 
@@ -77,7 +78,11 @@ def rank_preserving_curve(m, n, r, seed):
 # ------------------------------------------------------------------------------------ Penrose and NumPy
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}r{s[2]}")
+@pytest.mark.parametrize(
+    "shape",
+    SHAPES + [pytest.param(s, marks=pytest.mark.slow) for s in SLOW_SHAPES],
+    ids=lambda s: f"{s[0]}x{s[1]}r{s[2]}",
+)
 @pytest.mark.parametrize("method", PINV_METHODS)
 def test_penrose_and_numpy(method, shape):
     m, n, r = shape
@@ -151,15 +156,18 @@ def test_rtol_decides_the_rank(method):
 
 @pytest.mark.parametrize("method", PINV_METHODS)
 def test_plain_jit_vmap_agree(method):
-    """Same algorithm, four ways: plain call (default rtol), jit, vmap (eager) and jit(vmap)."""
+    """Same algorithm, three ways: plain call (default rtol), jit, and jit(vmap) over a batch.
+
+    (Eager vmap is left out: it compiles every loop of the method separately, seconds per method.)
+    """
     As = batch_of(*SMALL, 1)
     rtol = default_rtol(SMALL, jnp.float64)
-    plain = jnp.stack([pinv(A, method) for A in As])
-    jitted = jnp.stack([pinv_jit(A, rtol, method) for A in As])
-    vmapped = jax.vmap(lambda A: pinv(A, method))(As)
+    plain = pinv(As[1], method)
+    batched = pinv_batch(As, rtol, method)
     # only XLA's fusion differs between these (reassociated sums): a few ulps, times cond(A) ≤ 4.
-    for other in (jitted, vmapped, pinv_batch(As, rtol, method)):
-        assert_tree_allclose(other, plain, rtol=1e-13, atol=1e-13)
+    for i, A in enumerate(As):
+        assert_tree_allclose(batched[i], pinv_jit(A, rtol, method), rtol=1e-13, atol=1e-13)
+    assert_tree_allclose(plain, batched[1], rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("method", PINV_METHODS)
@@ -225,13 +233,14 @@ def test_naive_svd_derivative_is_nan_where_ours_is_not():
 
 @pytest.mark.parametrize("method", PINV_METHODS)
 def test_float32(method):
-    """float32 in, float32 out; errors relative to float64 NumPy ≲ 10 n eps32 cond ≈ 1e-5 (seen ≤ 2e-6)."""
+    """float32 in, float32 out; errors relative to float64 NumPy ≲ 10 n eps32 cond ≈ 1e-5 (seen ≤ 2e-6);
+    Greville's cond² growth (see above) reached 9e-4 over 256 matrices of this kind, hence 1e-2 for it."""
     As = batch_of(12, 12, 11, dtype=jnp.float32)
     P = pinv_batch(As, jnp.asarray(default_rtol((12, 12), jnp.float32), jnp.float32), method)
     assert P.dtype == jnp.float32
     for A, Pi in zip(As, P, strict=True):
         reference = np.linalg.pinv(np.asarray(A, np.float64), rtol=default_rtol((12, 12), jnp.float32))
-        tol = 1e-3 if method == "greville" else 1e-4  # Greville: cond² growth (see above)
+        tol = 1e-2 if method == "greville" else 1e-4
         assert_tree_allclose(Pi, reference, rtol=0, atol=tol * max(np.abs(reference).max(), 1.0))
 
 
@@ -262,8 +271,18 @@ def test_bad_input_raises():
         matrix_rank(jnp.ones(3))
 
 
+def test_empty_matrices():
+    """No constraints (m = 0) or no coordinates: A⁺ is the empty n x m matrix, as in NumPy."""
+    for method in PINV_METHODS:
+        for shape in ((0, 3), (3, 0)):
+            assert pinv(jnp.zeros(shape), method).shape == np.linalg.pinv(np.zeros(shape)).shape
+    assert psd_pinv(jnp.zeros((0, 0))).shape == cholesky(jnp.zeros((0, 0))).shape == (0, 0)
+    assert cho_solve(jnp.zeros((0, 0)), jnp.zeros((0, 2))).shape == (0, 2)
+    assert int(matrix_rank(jnp.zeros((0, 3)))) == 0
+
+
 def test_matrix_rank_matches_numpy():
-    for m, n, r in SHAPES:
+    for m, n, r in SHAPES + SLOW_SHAPES:
         A = batch_of(m, n, r)[1]
         assert int(matrix_rank(A)) == np.linalg.matrix_rank(np.asarray(A)) == r
     assert int(matrix_rank(jnp.diag(jnp.array([1.0, 1e-3, 1e-9])), rtol=1e-6)) == 2
@@ -284,7 +303,7 @@ def psd_batch(n, r, seed=0):
     return jnp.stack([full @ full.T, deficient @ deficient.T, jnp.zeros((n, n))])
 
 
-@pytest.mark.parametrize("n, r", [(1, 0), (5, 2), (8, 7), (12, 11)])
+@pytest.mark.parametrize("n, r", [(1, 0), (5, 2), (12, 11)])  # n ≤ 8: unrolled Cholesky of FᵀF
 def test_psd_pinv_matches_numpy(n, r):
     """Pivoted-Cholesky G⁺ vs NumPy's SVD pinv with the same tolerance: cond(G) ≤ 16, G⁺ error ~ eps·cond(G)
     (seen ≤ 6e-15 over 200 matrices), so 1e-10 relative; the plain call agrees with vmap/jit to 1e-13."""
@@ -312,7 +331,7 @@ def test_psd_pinv_derivative_and_non_finite():
     assert np.all(np.isnan(psd_pinv(jnp.eye(3).at[0, 0].set(jnp.nan))))
 
 
-@pytest.mark.parametrize("n", [1, 4, 8, 12])  # ≤ 8: unrolled scalar code, 12: LAPACK
+@pytest.mark.parametrize("n", [1, 5, 12])  # ≤ 8: unrolled scalar code, 12: LAPACK
 def test_cholesky_and_cho_solve(n):
     """vs NumPy on SPD matrices of condition 100: L to 1e-13 (error ~ eps·‖M‖), X to 1e-11 (~ eps·cond);
     plain, jit, vmap; gradient of a solve vs FD along a symmetric direction (1e-7, FD error as above)."""

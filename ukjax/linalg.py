@@ -15,23 +15,30 @@ Fast kernels for the Udwadia-Kalaba equation: :func:`cholesky`, :func:`cho_solve
 :func:`psd_pinv`, the Moore-Penrose inverse of a symmetric positive semi-definite matrix by pivoted Cholesky.
 
 Fixed size: shapes are static and the rank, known only at run time, enters as a mask, so every factorization
-is a ``lax.fori_loop`` over columns (or rows) whose body works on the whole fixed-size matrix. Measured on CPU
-(2 cores, jax 0.10, batches of 4096): fully unrolled static loops compiled 5-20x slower (tens of seconds at
-12 x 12 to 30 x 30) and ran no faster, while the loop bodies still fuse across a ``vmap`` batch and beat
-``jnp.linalg.pinv`` several times over; every method compiles in about a second at any size up to 30 x 30.
+is a ``lax.fori_loop`` over columns (or rows) whose body works on the whole fixed-size matrix. Measured on a
+2-core CPU (jax 0.10, batches of 1024-4096 under ``vmap``): the same loops unrolled as static Python loops
+compiled 5-20x slower (5-90 s at 12 x 12 to 30 x 30) and ran no faster; as ``fori_loop`` every method
+compiles in about 1 s at any size up to 30 x 30, and the loop bodies still fuse across the batch. Per matrix,
+the QR methods take 0.3 µs at 2 x 3 (``jnp.linalg.pinv``: 1.4 µs), 6-9 µs at 12 x 12 (11 µs) and about the
+same as LAPACK at 19 x 28 (~32 µs); Greville is fastest throughout (``benchmarks/pinv_methods.py``).
 :func:`cholesky` and :func:`cho_solve` are the exception: for n ≤ 8 they are unrolled into scalar
-operations, which fuse into one elementwise kernel across the batch (about 5x faster than batched LAPACK at
-n = 4, 2x at n = 8, slower beyond, where they call LAPACK).
+operations, which fuse into one elementwise kernel across the batch (Cholesky + solve 4.7x faster than
+batched LAPACK at n = 4, 2x at n = 8; at n = 12 only 1.3x for 25x the compile time, slower at 16).
 
-Rank decision: a singular value (or pivot) not larger than ``rtol * largest`` counts as zero. The default
-``rtol = max(m, n) * eps(dtype)`` is NumPy's; seed 004 ("The problem of rank computation") shows that this
-threshold decides whether a simulation of an overconstrained mechanism survives, so every function takes it.
-``rtol`` may be a traced array (a leaf of a parameter pytree); it gets no derivative.
+Rank decision: a singular value (``"svd"``), a pivot |R_jj| of the column-pivoted QR (``"householder"``,
+``"mgs"``, ``"varga"``) or Greville's ‖c_i‖ not larger than ``rtol`` times the largest one (σ₁, |R_00|, the
+largest row norm) counts as zero. Default ``rtol = max(m, n) * eps(dtype)``, NumPy's ``pinv(a, rtol=None)``
+and ``matrix_rank`` (``pinv``'s own NumPy default is rcond = 1e-15). Seed 004 ("The problem of rank
+computation") shows that this threshold decides whether a simulation of an overconstrained mechanism
+survives, so every function takes it. ``rtol`` may be a traced array (a leaf of a parameter pytree); it gets
+no derivative. With a clear gap in the singular values all methods find the same rank; a pivot is within a
+factor of the singular value it stands for, so near the threshold they may differ.
 
 Derivatives: every method shares one ``jax.custom_jvp`` whose tangent is the Golub-Pereyra formula
     dA⁺ = -A⁺ dA A⁺ + A⁺ A⁺ᵀ dAᵀ (I - A A⁺) + (I - A⁺ A) dAᵀ A⁺ᵀ A⁺,
-exact wherever the rank is locally constant (also at rank-deficient A) and always finite, unlike the
-derivative of ``jnp.linalg.pinv``, which is NaN at rank-deficient points.
+exact wherever the rank is locally constant (also at rank-deficient A) and always finite, unlike autodiff
+through SVD factors, which is NaN at repeated (e.g. zero) singular values. (``jnp.linalg.pinv`` of jax 0.10
+has a custom JVP with the same formula; the tests use it as an independent check.)
 
 Non-finite input: if any entry of A is NaN or ±inf, every entry of the result is NaN (no exception, also under
 ``jit``/``vmap``); the dynamics layer detects and reports it.
@@ -52,7 +59,7 @@ _UNROLL_MAX = 8
 
 
 def default_rtol(shape, dtype) -> float:
-    """NumPy's default relative rank tolerance: ``max(m, n) * eps``."""
+    """Relative rank tolerance ``max(m, n) * eps``, as NumPy's ``matrix_rank`` and ``pinv(a, rtol=None)``."""
     return max(shape[-2], shape[-1]) * float(jnp.finfo(dtype).eps)
 
 
@@ -371,6 +378,8 @@ def pinv(A, method: str = "svd", rtol=None):
     A = _check_matrix(A)
     if method not in _IMPLEMENTATIONS:
         raise ValueError(f"unknown pinv method {method!r}; choose one of {PINV_METHODS}")
+    if A.size == 0:
+        return jnp.zeros(A.shape[::-1], A.dtype)
     return _pinv(_IMPLEMENTATIONS[method], A, _rtol_array(rtol, A))
 
 
@@ -426,7 +435,7 @@ def cholesky(M):
     """
     M = _check_matrix(M, "cholesky", square=True)
     M = (M + M.T) / 2
-    if M.shape[0] > _UNROLL_MAX:
+    if M.shape[0] == 0 or M.shape[0] > _UNROLL_MAX:
         return jnp.linalg.cholesky(M)
     return _cholesky_scalar(M)
 
@@ -442,7 +451,7 @@ def cho_solve(L, B):
     if B.ndim not in (1, 2) or B.shape[0] != n:
         raise ValueError(f"cho_solve expects B of shape ({n},) or ({n}, k) for L of shape {L.shape}, "
                          f"got {B.shape}")
-    if n > _UNROLL_MAX:
+    if n == 0 or n > _UNROLL_MAX:
         return jsl.cho_solve((L, True), B)
     return _cho_solve_scalar(L, B)
 
@@ -486,5 +495,7 @@ def psd_pinv(G, rtol=None):
     Non-finite G gives an all-NaN result.
     """
     G = _check_matrix(G, "psd_pinv", square=True)
+    if G.size == 0:
+        return G
     G = (G + G.T) / 2
     return _pinv(_psd_pinv_cholesky, G, _rtol_array(rtol, G))
