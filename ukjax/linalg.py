@@ -153,7 +153,7 @@ def _solve_upper(T, C, keep):
 
     def body(t, Y):
         i = k - 1 - t
-        s = C[i] - T[i] @ Y  # rows ≥ i of Y are still zero
+        s = C[i] - T[i] @ Y  # rows ≤ i of Y are still zero
         return Y.at[i].set(_safe_div(s, T[i, i], keep[i]))
 
     return _loop(k, body, jnp.zeros_like(C))
