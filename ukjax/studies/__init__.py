@@ -1,8 +1,8 @@
 """Registry of the studies that ``ukjax run NAME`` runs and ``experiments/NAME.py`` wraps.
 
-A study module offers ``DESCRIPTION`` (one line), ``add_arguments(parser)`` (its options, with the paper's values
-as defaults) and ``run(args) -> dict`` (writes figures and ``metrics.json`` into ``args.out`` and returns the
-metrics).
+A study module offers ``DESCRIPTION`` (one line), ``add_arguments(parser)`` (its options, with the paper's
+values as defaults) and ``run(args) -> dict`` (writes figures and ``metrics.json`` into ``args.out`` and
+returns the metrics).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 from ukjax import control
 from ukjax.linalg import pinv
 from ukjax.models import coordinated_robots as model
-from ukjax.simulate import RESULTS, simulate
+from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import write_json
 from ukjax.system import System
 

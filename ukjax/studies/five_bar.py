@@ -29,7 +29,7 @@ import numpy as np
 
 from ukjax.linalg import PINV_METHODS
 from ukjax.models import five_bar as model
-from ukjax.simulate import RESULTS, simulate
+from ukjax.simulation import RESULTS, simulate
 from ukjax.studies.scara import save_figure
 
 DESCRIPTION = "seed 004: five pseudoinverse algorithms on the five-bar linkage, with/without Baumgarte"

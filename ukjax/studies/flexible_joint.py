@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.models import flexible_joint as model
-from ukjax.simulate import RESULTS, simulate
+from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import write_json
 
 DESCRIPTION = "seed 002 §8.3: flexible-joint manipulator, UK-based control eq. 71-72, |β| 0.9 -> 1e-3 in 2 s"

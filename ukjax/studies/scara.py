@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.models import scara as model
-from ukjax.simulate import RESULTS, simulate_batch
+from ukjax.simulation import RESULTS, simulate_batch
 from ukjax.studies._common import write_json
 
 DESCRIPTION = "seed 001: SCARA on a helix, no stabilization vs Baumgarte (paper gains, critically damped)"

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.models import spiral as model
-from ukjax.simulate import RESULTS, simulate
+from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import write_json
 from ukjax.studies.scara import save_figure
 

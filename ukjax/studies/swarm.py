@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ukjax.models import swarm as model
-from ukjax.simulate import RESULTS, simulate
+from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import write_json
 from ukjax.studies.flexible_joint import first_time_below
 

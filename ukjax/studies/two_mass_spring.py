@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.models import two_mass_spring as model
-from ukjax.simulate import RESULTS, simulate_batch
+from ukjax.simulation import RESULTS, simulate_batch
 from ukjax.studies._common import write_json
 
 DESCRIPTION = "seed 000 §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"

@@ -367,8 +367,8 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _scalar(x, name):
-    x = jnp.asarray(x, dtype=jnp.result_type(float))
+def _scalar(x, name, dtype):
+    x = jnp.asarray(x, dtype=dtype)
     if x.ndim != 0:
         raise ValueError(f"{name} must be a scalar, got shape {x.shape}")
     return x
@@ -413,6 +413,7 @@ def _save_times(t0, t1, ts):
 
 def _prepare(
     system,
+    dtype,
     *,
     t0,
     t1,
@@ -435,10 +436,10 @@ def _prepare(
         raise ValueError(f"uk_solver must be 'uk' or 'recursive', got {uk_solver!r}")
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-    t0, t1 = _scalar(t0, "t0"), _scalar(t1, "t1")
+    t0, t1 = _scalar(t0, "t0", dtype), _scalar(t1, "t1", dtype)
     ts = _save_times(t0, t1, ts)
     if dt is not None:
-        dt = _scalar(dt, "dt")
+        dt = _scalar(dt, "dt", dtype)
         if _is_concrete(dt) and not float(dt) > 0:
             raise ValueError(f"dt must be positive, got {float(dt)}")
     config = _Config(
@@ -456,10 +457,10 @@ def _prepare(
         t0=t0,
         t1=t1,
         dt=nan if dt is None else dt,
-        rtol=_scalar(rtol, "rtol"),
-        atol=_scalar(atol, "atol"),
-        pinv_rtol=nan if pinv_rtol is None else _scalar(pinv_rtol, "pinv_rtol"),
-        consistency_rtol=_scalar(consistency_rtol, "consistency_rtol"),
+        rtol=_scalar(rtol, "rtol", dtype),
+        atol=_scalar(atol, "atol", dtype),
+        pinv_rtol=nan if pinv_rtol is None else _scalar(pinv_rtol, "pinv_rtol", dtype),
+        consistency_rtol=_scalar(consistency_rtol, "consistency_rtol", dtype),
         throw=jnp.asarray(bool(throw)),
     )
     return config, numbers
@@ -517,8 +518,11 @@ def simulate(
     shapes): a second call that changes only numbers (q0, params, t1, dt, tolerances) does not
     recompile.
     """
+    q0, qd0 = _check_state(system, q0, qd0, batched=False)
+    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     config, numbers = _prepare(
         system,
+        q0.dtype,
         t0=t0,
         t1=t1,
         ts=ts,
@@ -534,7 +538,6 @@ def simulate(
         progress=progress,
         throw=throw,
     )
-    q0, qd0 = _check_state(system, q0, qd0, batched=False)
     return _simulate_one(system, config, numbers, q0, qd0, params)
 
 
@@ -573,8 +576,11 @@ def simulate_batch(
     accuracy. A progress bar (``progress=True``) follows the slowest scenario. Other arguments as in
     :func:`simulate`.
     """
+    q0, qd0 = _check_state(system, q0, qd0, batched=True)
+    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     config, numbers = _prepare(
         system,
+        q0.dtype,
         t0=t0,
         t1=t1,
         ts=ts,
@@ -590,7 +596,6 @@ def simulate_batch(
         progress=progress,
         throw=throw,
     )
-    q0, qd0 = _check_state(system, q0, qd0, batched=True)
     if batch_params:
         for path, leaf in jax.tree_util.tree_leaves_with_path(params):
             shape = jnp.shape(leaf)
