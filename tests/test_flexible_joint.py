@@ -11,7 +11,7 @@ import ukjax
 from ukjax import control
 from ukjax.constraints import Nonholonomic
 from ukjax.models import flexible_joint as fj
-from ukjax.studies.flexible_joint import first_time_below
+from ukjax.studies._common import first_time_below
 from ukjax.system import System
 
 PARAMS = fj.default_params()

@@ -9,7 +9,7 @@ from helpers import assert_tree_allclose, central_difference
 
 import ukjax
 from ukjax.models import swarm
-from ukjax.studies.flexible_joint import first_time_below
+from ukjax.studies._common import first_time_below
 from ukjax.studies.swarm import pentagon_distances
 
 PARAMS = swarm.default_params()

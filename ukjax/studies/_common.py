@@ -71,3 +71,27 @@ def write_json(path, payload: dict, *, with_environment: bool = True) -> Path:
         data.setdefault("environment", environment())
     path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
     return path
+
+
+def save_figure(fig, path) -> str:
+    """Lay out, write (PNG, 120 dpi) and close a matplotlib figure; returns the path as a string."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def first_time_below(ts, values, level) -> float:
+    """The first time |values| reaches ``level``, interpolating log|values| linearly between saved times
+    (exact for an exponential decay); NaN when it never does."""
+    ts, mags = np.asarray(ts), np.abs(np.asarray(values))
+    below = np.nonzero(mags <= level)[0]
+    if below.size == 0:
+        return float("nan")
+    k = int(below[0])
+    if k == 0:
+        return float(ts[0])
+    la, lb = np.log(mags[k - 1]), np.log(mags[k])
+    return float(ts[k - 1] + (ts[k] - ts[k - 1]) * (la - np.log(level)) / (la - lb))

@@ -25,7 +25,7 @@ from ukjax import control
 from ukjax.linalg import pinv
 from ukjax.models import coordinated_robots as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import write_json
+from ukjax.studies._common import save_figure, write_json
 from ukjax.system import System
 
 DESCRIPTION = (
@@ -113,10 +113,8 @@ def _figures(out: Path, sol, pose, task, literal_u):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         ax.plot(ts, np.degrees(np.asarray(sol.q[:, i])))
         ax.set(xlabel="t (s)", ylabel=f"θ{i + 1} (deg)", title=f"Fig. {4 + i}: θ{i + 1}-t")
-        fig.tight_layout()
         names.append(f"fig{4 + i:02d}_theta{i + 1}.png")
-        fig.savefig(out / names[-1], dpi=110)
-        plt.close(fig)
+        save_figure(fig, out / names[-1])
     lo_hi = model.PAPER_CONTROL_RANGES
     for i in range(6):
         fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -126,10 +124,8 @@ def _figures(out: Path, sol, pose, task, literal_u):
         ax.axhspan(*lo_hi[i], color="0.85", label="range reported in §VI")
         ax.set(xlabel="t (s)", ylabel=f"u{i + 1} (N·m)", title=f"Fig. {9 + i}: u{i + 1}-t")
         ax.legend(fontsize=6)
-        fig.tight_layout()
         names.append(f"fig{9 + i:02d}_u{i + 1}.png")
-        fig.savefig(out / names[-1], dpi=110)
-        plt.close(fig)
+        save_figure(fig, out / names[-1])
 
     fig, axes = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
     axes[0].semilogy(
@@ -149,10 +145,8 @@ def _figures(out: Path, sol, pose, task, literal_u):
         axes[1].plot(ts, np.asarray(task[:, j]), "k:", lw=1)
     axes[1].set(xlabel="t (s)", ylabel="object pose", title="Object pose (dotted: task eq. 64)")
     axes[1].legend(fontsize=7)
-    fig.tight_layout()
     names.append("constraint_violation.png")
-    fig.savefig(out / names[-1], dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / names[-1])
     return names
 
 

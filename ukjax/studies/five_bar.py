@@ -30,7 +30,7 @@ import numpy as np
 from ukjax.linalg import PINV_METHODS
 from ukjax.models import five_bar as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies.scara import save_figure
+from ukjax.studies._common import save_figure, write_json
 
 DESCRIPTION = "seed 004: five pseudoinverse algorithms on the five-bar linkage, with/without Baumgarte"
 
@@ -106,7 +106,6 @@ def _figure(out: Path, ts, curves, tol):
 
 
 def run(args) -> dict:
-    from ukjax.studies._common import write_json
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ukjax.models import flexible_joint as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import write_json
+from ukjax.studies._common import first_time_below, save_figure, write_json
 
 DESCRIPTION = "seed 002 §8.3: flexible-joint manipulator, UK-based control eq. 71-72, |β| 0.9 -> 1e-3 in 2 s"
 
@@ -36,20 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, default=1e-10, help="adaptive step relative tolerance")
     parser.add_argument("--atol", type=float, default=1e-10, help="adaptive step absolute tolerance")
     parser.add_argument("--num-saves", type=int, default=601, help="number of evenly spaced save times")
-
-
-def first_time_below(ts, values, level) -> float:
-    """The first time |values| reaches ``level``, interpolating log|values| linearly between saved times
-    (exact for an exponential decay); NaN when it never does."""
-    ts, mags = np.asarray(ts), np.abs(np.asarray(values))
-    below = np.nonzero(mags <= level)[0]
-    if below.size == 0:
-        return float("nan")
-    k = int(below[0])
-    if k == 0:
-        return float(ts[0])
-    la, lb = np.log(mags[k - 1]), np.log(mags[k])
-    return float(ts[k - 1] + (ts[k] - ts[k - 1]) * (la - np.log(level)) / (la - lb))
 
 
 def params_from_args(args) -> dict:
@@ -96,9 +82,7 @@ def _figures(out: Path, runs, tolerance):
     ax.axhline(tolerance, color="gray", lw=0.8)
     ax.set(xlabel="t (s)", ylabel="|β| = |q̇(2) + q̇(4)| (rad/s)", title="Constraint error (seed 002 Fig. 10)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "constraint_error.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "constraint_error.png")
 
     fig, axes = plt.subplots(3, 1, figsize=(6, 7), sharex=True)
     for name, (sol, _, _, e, _) in runs.items():
@@ -113,9 +97,7 @@ def _figures(out: Path, runs, tolerance):
     axes[2].set(xlabel="t (s)", ylabel="‖K(q₂-q₁) - τ_d‖ (N m)")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "link_rates_and_torques.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "link_rates_and_torques.png")
 
 
 def run(args) -> dict:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import write_json
+from ukjax.studies._common import save_figure, write_json
 
 DESCRIPTION = "seed 001: SCARA on a helix, no stabilization vs Baumgarte (paper gains, critically damped)"
 PAPER_MAX_ERRORS = {"x": 8e-4, "y": 7e-3, "z": 1e-2}
@@ -128,16 +128,6 @@ def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
     fig.suptitle("Constraint torques, paper gains (seed 001 Fig. 10)")
     paths.append(save_figure(fig, out / "constraint_torques.png"))
     return paths
-
-
-def save_figure(fig, path) -> str:
-    """Lay out, write (PNG, 120 dpi) and close a matplotlib figure; returns the path as a string."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
 
 
 def run(args) -> dict:

@@ -19,8 +19,7 @@ import numpy as np
 
 from ukjax.models import spiral as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import write_json
-from ukjax.studies.scara import save_figure
+from ukjax.studies._common import save_figure, write_json
 
 DESCRIPTION = "seed 002 §8.1: particle on a logarithmic spiral; r(θ), r(t), θ(t), path, errors ε1, ε2"
 

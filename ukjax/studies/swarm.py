@@ -21,8 +21,7 @@ from scipy.optimize import brentq
 
 from ukjax.models import swarm as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import write_json
-from ukjax.studies.flexible_joint import first_time_below
+from ukjax.studies._common import first_time_below, save_figure, write_json
 
 DESCRIPTION = "seed 002 §8.2: five robots under the swarm constraint eq. 61-62; ‖β‖ < 0.01, no collisions"
 
@@ -71,9 +70,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
     ax.set(xlabel="x (m)", ylabel="y (m)", title="Robot trajectories (seed 002 Fig. 7); o start, ■ end")
     ax.set_aspect("equal")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "trajectories.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "trajectories.png")
 
     fig, axes = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
     axes[0].semilogy(sol.ts, beta_norm, label="‖β(t)‖ simulated")
@@ -83,9 +80,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
     axes[0].legend(fontsize=8)
     axes[1].plot(sol.ts, dmin)
     axes[1].set(xlabel="t (s)", ylabel="min distance (m)", title="Closest pair of robots")
-    fig.tight_layout()
-    fig.savefig(out / "error_and_distance.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "error_and_distance.png")
 
 
 def run(args) -> dict:

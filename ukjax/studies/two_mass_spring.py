@@ -20,7 +20,7 @@ import numpy as np
 
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import write_json
+from ukjax.studies._common import save_figure, write_json
 
 DESCRIPTION = "seed 000 §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"
 
@@ -71,9 +71,7 @@ def _figures(out: Path, sols, F_closed, phi_closed, labels):
     axes[2].set(xlabel="t (s)", ylabel="servo constraint error (m)")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "two_mass_spring.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "two_mass_spring.png")
 
 
 def run(args) -> dict:
