@@ -9,7 +9,7 @@ def tree_allclose(x, y, *, rtol=1e-10, atol=1e-10) -> bool:
     """True when two pytrees have the same structure and all leaves agree within ``atol + rtol * |y|``."""
     if jax.tree_util.tree_structure(x) != jax.tree_util.tree_structure(y):
         return False
-    for a, b in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)):
+    for a, b in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y), strict=True):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False):
             return False
@@ -21,14 +21,18 @@ def assert_tree_allclose(x, y, *, rtol=1e-10, atol=1e-10, msg=""):
     if not tree_allclose(x, y, rtol=rtol, atol=atol):
         leaves_x, leaves_y = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
         diffs = [
-            float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.shape(a) == np.shape(b) else float("inf")
-            for a, b in zip(leaves_x, leaves_y)
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b), initial=0.0)))
+            if np.shape(a) == np.shape(b)
+            else float("inf")
+            for a, b in zip(leaves_x, leaves_y, strict=True)
         ]
         raise AssertionError(f"{msg} trees differ: max abs diff per leaf {diffs} (rtol={rtol}, atol={atol})")
 
 
 def central_difference(f, x, direction, eps=1e-6):
-    """Central finite difference of ``f`` at ``x`` along ``direction``: error O(eps^2) + O(round-off / eps)."""
+    """Central finite difference of ``f`` at ``x`` along ``direction``.
+
+    Error O(eps²) truncation + O(round-off / eps)."""
     return (f(x + eps * direction) - f(x - eps * direction)) / (2 * eps)
 
 
