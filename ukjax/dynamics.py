@@ -70,7 +70,7 @@ import jax.numpy as jnp
 
 from ukjax._checks import constraint_consistency as constraint_consistency
 from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
-from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv
+from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv, small_matmul
 
 ACCELERATION_METHODS = ("cholesky",) + tuple(PINV_METHODS)
 """Values of ``method`` for :func:`uk_acceleration`: the Cholesky form or a generalized-inverse algorithm."""
@@ -129,11 +129,13 @@ def _eq35_terms(M, Q, A, b, c, rtol):
     F = Q if c is None else Q + c
     solved = cho_solve(cholesky(M), jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
     a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
-    G = A @ MinvAT
+    # small products as fused elementwise sums under vmap (linalg.small_matmul)
+    mm = small_matmul
+    G = mm(A, MinvAT)
     G_pinv = _psd_pinv(G, gram_rtol(G.shape[0], M.shape[0], M.dtype) if rtol is None else rtol)
-    qdd = a_F + MinvAT @ (G_pinv @ (b - A @ a_F))
-    ideal = A.T @ (G_pinv @ (b - A @ a))
-    nonideal = jnp.zeros_like(Q) if c is None else c - A.T @ (G_pinv @ (A @ (a_F - a)))
+    qdd = a_F + mm(MinvAT, mm(G_pinv, b - mm(A, a_F)))
+    ideal = mm(A.T, mm(G_pinv, b - mm(A, a)))
+    nonideal = jnp.zeros_like(Q) if c is None else c - mm(A.T, mm(G_pinv, mm(A, a_F - a)))
     return qdd, ideal, nonideal
 
 
