@@ -320,7 +320,7 @@ def profile_rhs(system, params, base, batch, seed, reps=50):
 
     def gram(q, qd):
         M, _, A, _ = terms(q, qd)
-        return A @ linalg.cho_solve(linalg.cholesky(M), A.T)
+        return linalg.small_matmul(A, linalg.cho_solve(linalg.cholesky(M), A.T))
 
     flat = lambda *xs: jnp.concatenate([jnp.ravel(x) for x in xs])
     parts = {
