@@ -318,6 +318,17 @@ def test_psd_pinv_matches_numpy(n, r):
     assert_tree_allclose(psd_pinv(Gs[1]), P[1], rtol=1e-13, atol=1e-13)
 
 
+def test_psd_pinv_ties_and_pivot_order():
+    """Equal diagonal entries (the pivot search must take exactly one of them per step) and pivots that are
+    not in row order: closed forms (2I)⁺ = I/2, (11ᵀ)⁺ = 11ᵀ/25, diag(0, 3, 3, 0, 1)⁺ = diag(0, ⅓, ⅓, 0, 1),
+    to 1e-14 (a few roundings of O(1) numbers). Same shape as the (5, 2) case above: no new compilation."""
+    d = jnp.array([0.0, 3.0, 3.0, 0.0, 1.0])
+    Gs = jnp.stack([2 * jnp.eye(5), jnp.ones((5, 5)), jnp.diag(d)])
+    expected = np.stack([np.eye(5) / 2, np.ones((5, 5)) / 25, np.diag([0, 1 / 3, 1 / 3, 0, 1])])
+    P = psd_pinv_batch(Gs, jnp.asarray(default_rtol((5, 5), jnp.float64)))
+    assert_tree_allclose(P, expected, rtol=0, atol=1e-14)
+
+
 def test_psd_pinv_derivative_and_non_finite():
     """Rank-deficient G = B Bᵀ moved along B + t dB (rank kept): jvp and grad vs central FD (as for pinv)."""
     B = jax.random.normal(jax.random.PRNGKey(11), (5, 2))

@@ -492,29 +492,38 @@ def _psd_pinv_cholesky(G, rtol):
     At step j the largest diagonal entry of the Schur complement W among the rows not yet eliminated is the
     pivot p; once it is ≤ rtol·(first pivot) = rtol·max_i G_ii the rank r = j is reached and the remaining
     columns of F are zero. Column j of F is W[:, p] / √W_pp on the rows not yet eliminated, so F = Π L is
-    built in G's own row order and nothing is permuted: p enters only through a one-hot mask (gathers and
+    built in G's own row order and nothing is permuted: p enters only through selects (gathers and
     scatters with a per-matrix index are slow under ``vmap``). With F (n x r, full column rank), G = F Fᵀ and
     G⁺ = F (Fᵀ F)⁻² Fᵀ = Y Yᵀ with Y = F (Fᵀ F)⁻¹; Fᵀ F is inverted by Cholesky on its r x r block (the
     identity is put on the unused diagonal).
+
+    Written for XLA:CPU under ``vmap`` (``benchmarks/throughput.py --profile``): the pivot search and the
+    column W[:, p] are unrolled compares and selects over static slices, not ``argmax``/``sum`` (reductions
+    over an axis of length n are separate, slow kernels), and step j subtracts the rank-one term of step j-1
+    from the loop carry, so that the new column is materialized before the n x n update reads it (fused,
+    the update recomputed the pivot search for every entry). n = 4, batch 1024, 2-core CPU: 320 → 240 ns
+    per matrix (G⁺ alone); in the SCARA right-hand side 640 → 555 ns.
     """
     n = G.shape[0]
     idx = jnp.arange(n)
-    cutoff = rtol * jnp.max(jnp.diagonal(G), initial=0.0)
+    cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(n)])
 
     def body(j, carry):
-        W, F, free, alive, keep = carry
-        d = jnp.diagonal(W)
-        onehot = idx == jnp.argmax(jnp.where(free, d, -jnp.inf))
-        w_pp = jnp.sum(jnp.where(onehot, d, 0))
-        ok = alive & (w_pp > cutoff)
-        w_p = jnp.sum(jnp.where(onehot[None, :] & free[:, None], W, 0), axis=1)
-        col = _safe_div(w_p, jnp.sqrt(jnp.where(ok, w_pp, 1)), ok)
-        F = jnp.where(idx[None, :] == j, col[:, None], F)
+        W, col, F, free, alive, keep = carry
         W = W - col[:, None] * col[None, :]
-        return W, F, free & ~onehot, ok, keep | ((idx == j) & ok)
+        w_pp, p = jnp.where(free[0], W[0, 0], -jnp.inf), jnp.zeros((), idx.dtype)
+        for i in range(1, n):
+            d = jnp.where(free[i], W[i, i], -jnp.inf)
+            p, w_pp = jnp.where(d > w_pp, i, p), jnp.maximum(d, w_pp)
+        ok = alive & (w_pp > cutoff)
+        w_p = functools.reduce(jnp.add, (jnp.where(p == k, W[:, k], 0) for k in range(n)))
+        col = jnp.where(free, w_p, 0) * _safe_div(1, jnp.sqrt(jnp.where(ok, w_pp, 1)), ok)
+        F = jax.lax.dynamic_update_slice(F, col[:, None], (0, j))
+        return W, col, F, free & (idx != p), ok, keep | ((idx == j) & ok)
 
-    init = (G, jnp.zeros_like(G), jnp.ones(n, bool), jnp.array(True), jnp.zeros(n, bool))
-    _, F, _, _, keep = _loop(n, body, init)
+    init = (G, jnp.zeros(n, G.dtype), jnp.zeros_like(G), jnp.ones(n, bool), jnp.array(True),
+            jnp.zeros(n, bool))
+    *_, F, _, _, keep = _loop(n, body, init)
     FtF = small_matmul(F.T, F) + jnp.diag(jnp.where(keep, 0, 1).astype(G.dtype))
     Yt = jnp.where(keep[:, None], cho_solve(cholesky(FtF), F.T), 0)
     return small_matmul(Yt.T, Yt)
