@@ -411,10 +411,23 @@ def _save_times(t0, t1, ts):
     return ts
 
 
+_OPTIONS = (
+    "t0", "t1", "ts", "solver", "dt", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
+    "consistency_rtol", "progress", "throw",
+)
+
+
+def _options(arguments: dict) -> dict:
+    """The integration options among the arguments of :func:`simulate` / :func:`simulate_batch`."""
+    return {name: arguments[name] for name in _OPTIONS}
+
+
 def _prepare(
     system,
-    dtype,
+    q0,
+    qd0,
     *,
+    batched: bool,
     t0,
     t1,
     ts,
@@ -432,6 +445,9 @@ def _prepare(
 ):
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
+    q0, qd0 = _check_state(system, q0, qd0, batched=batched)
+    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
+    dtype = q0.dtype
     if uk_solver not in ("uk", "recursive"):
         raise ValueError(f"uk_solver must be 'uk' or 'recursive', got {uk_solver!r}")
     if not isinstance(max_steps, int) or max_steps < 1:
@@ -463,7 +479,7 @@ def _prepare(
         consistency_rtol=_scalar(consistency_rtol, "consistency_rtol", dtype),
         throw=jnp.asarray(bool(throw)),
     )
-    return config, numbers
+    return config, numbers, q0, qd0
 
 
 def simulate(
@@ -518,26 +534,7 @@ def simulate(
     shapes): a second call that changes only numbers (q0, params, t1, dt, tolerances) does not
     recompile.
     """
-    q0, qd0 = _check_state(system, q0, qd0, batched=False)
-    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
-    config, numbers = _prepare(
-        system,
-        q0.dtype,
-        t0=t0,
-        t1=t1,
-        ts=ts,
-        solver=solver,
-        dt=dt,
-        rtol=rtol,
-        atol=atol,
-        max_steps=max_steps,
-        method=method,
-        uk_solver=uk_solver,
-        pinv_rtol=pinv_rtol,
-        consistency_rtol=consistency_rtol,
-        progress=progress,
-        throw=throw,
-    )
+    config, numbers, q0, qd0 = _prepare(system, q0, qd0, batched=False, **_options(locals()))
     return _simulate_one(system, config, numbers, q0, qd0, params)
 
 
@@ -576,26 +573,7 @@ def simulate_batch(
     accuracy. A progress bar (``progress=True``) follows the slowest scenario. Other arguments as in
     :func:`simulate`.
     """
-    q0, qd0 = _check_state(system, q0, qd0, batched=True)
-    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
-    config, numbers = _prepare(
-        system,
-        q0.dtype,
-        t0=t0,
-        t1=t1,
-        ts=ts,
-        solver=solver,
-        dt=dt,
-        rtol=rtol,
-        atol=atol,
-        max_steps=max_steps,
-        method=method,
-        uk_solver=uk_solver,
-        pinv_rtol=pinv_rtol,
-        consistency_rtol=consistency_rtol,
-        progress=progress,
-        throw=throw,
-    )
+    config, numbers, q0, qd0 = _prepare(system, q0, qd0, batched=True, **_options(locals()))
     if batch_params:
         for path, leaf in jax.tree_util.tree_leaves_with_path(params):
             shape = jnp.shape(leaf)
