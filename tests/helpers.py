@@ -53,3 +53,15 @@ def random_spd(key, n, cond=10.0, dtype=jnp.float64):
     q, _ = jnp.linalg.qr(jax.random.normal(key, (n, n), dtype))
     eig = jnp.geomspace(1.0, cond, n).astype(dtype)
     return (q * eig) @ q.T
+
+
+def assert_plain_jit_vmap_agree(fn, states, params, *, rtol, atol):
+    """``fn(q, qd, params)`` gives the same numbers called plainly (first state only), under ``jit`` and
+    under ``jit(vmap)`` over a list of (q, qd) states: the same operations, fused differently."""
+    jitted_fn = jax.jit(fn)
+    plain = fn(*states[0], params)  # op by op: slow, so once
+    jitted = jnp.stack([jitted_fn(q, qd, params) for q, qd in states])
+    qs, qds = (jnp.stack(x) for x in zip(*states, strict=True))
+    mapped = jax.jit(jax.vmap(fn, in_axes=(0, 0, None)))(qs, qds, params)
+    assert_tree_allclose(jitted[0], plain, rtol=rtol, atol=atol)
+    assert_tree_allclose(mapped, jitted, rtol=rtol, atol=atol)

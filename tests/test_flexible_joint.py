@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference
+from helpers import assert_plain_jit_vmap_agree, assert_tree_allclose, central_difference
 
 import ukjax
 from ukjax import control
@@ -174,13 +174,8 @@ PROBE_JIT = jax.jit(_probe)
 
 def test_plain_jit_vmap_agree():
     states = [_random_state(s) for s in range(7, 10)]
-    plain = _probe(*states[0], PARAMS)  # op by op: slow, so once
-    jitted = jnp.stack([PROBE_JIT(q, qd, PARAMS) for q, qd in states])
-    qs, qds = (jnp.stack(x) for x in zip(*states, strict=True))
-    mapped = jax.jit(jax.vmap(_probe, in_axes=(0, 0, None)))(qs, qds, PARAMS)
     # Same operations, different fusion: round-off relative to terms of O(1e3).
-    assert_tree_allclose(jitted[0], plain, rtol=1e-11, atol=1e-11)
-    assert_tree_allclose(mapped, jitted, rtol=1e-11, atol=1e-11)
+    assert_plain_jit_vmap_agree(_probe, states, PARAMS, rtol=1e-11, atol=1e-11)
 
 
 def test_gradients_match_central_differences():
