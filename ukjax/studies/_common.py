@@ -95,3 +95,22 @@ def first_time_below(ts, values, level) -> float:
         return float(ts[0])
     la, lb = np.log(mags[k - 1]), np.log(mags[k])
     return float(ts[k - 1] + (ts[k] - ts[k - 1]) * (la - np.log(level)) / (la - lb))
+
+
+def add_integrator_arguments(parser, *, tolerance: float, num_saves: int) -> None:
+    """The adaptive-integration flags every trajectory study offers: --rtol, --atol, --num-saves."""
+    parser.add_argument("--rtol", type=float, default=tolerance, help="adaptive Tsit5 relative tolerance")
+    parser.add_argument("--atol", type=float, default=tolerance, help="adaptive Tsit5 absolute tolerance")
+    parser.add_argument("--num-saves", type=int, default=num_saves, help="number of evenly spaced save times")
+
+
+def integrator_record(args) -> dict:
+    """What produced a trajectory (solver, step control, tolerances, span, saves), for metrics.json."""
+    return {
+        "solver": "diffrax Tsit5",
+        "step": "adaptive PID",
+        "rtol": args.rtol,
+        "atol": args.atol,
+        "t1": args.t1,
+        "num_saves": args.num_saves,
+    }

@@ -25,7 +25,7 @@ from ukjax import control
 from ukjax.linalg import pinv
 from ukjax.models import coordinated_robots as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
 from ukjax.system import System
 
 DESCRIPTION = (
@@ -68,9 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha-passive", type=float, default=float(d["alpha_p"]), help="passive alpha = beta (1/s)"
     )
-    parser.add_argument("--rtol", type=float, default=1e-10, help="adaptive step relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-10, help="adaptive step absolute tolerance")
-    parser.add_argument("--num-saves", type=int, default=1001, help="number of evenly spaced save times")
+    add_integrator_arguments(parser, tolerance=1e-10, num_saves=1001)
     parser.add_argument(
         "--skip-literal", action="store_true", help="skip the simulation under the literal eq. 35"
     )
@@ -166,14 +164,7 @@ def run(args) -> dict:
     system = model.system()
     q0, qd0 = model.initial_state(params)
     ts = jnp.linspace(0.0, args.t1, args.num_saves)
-    integrator = {
-        "solver": "Tsit5",
-        "step": "adaptive PID",
-        "rtol": args.rtol,
-        "atol": args.atol,
-        "t1": args.t1,
-        "num_saves": args.num_saves,
-    }
+    integrator = integrator_record(args)
 
     start = time.perf_counter()
     sol = simulate(system, q0, qd0, params, t1=args.t1, ts=ts, rtol=args.rtol, atol=args.atol)

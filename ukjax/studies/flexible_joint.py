@@ -20,7 +20,13 @@ import numpy as np
 
 from ukjax.models import flexible_joint as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import first_time_below, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    first_time_below,
+    integrator_record,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = "seed 002 §8.3: flexible-joint manipulator, UK-based control eq. 71-72, |β| 0.9 -> 1e-3 in 2 s"
 
@@ -33,9 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha-motor", type=float, default=float(defaults["alpha_motor"]), help="α_m (1/s)")
     parser.add_argument("--beta-motor", type=float, default=float(defaults["beta_motor"]), help="β_m (1/s)")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level to report the time of")
-    parser.add_argument("--rtol", type=float, default=1e-10, help="adaptive step relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-10, help="adaptive step absolute tolerance")
-    parser.add_argument("--num-saves", type=int, default=601, help="number of evenly spaced save times")
+    add_integrator_arguments(parser, tolerance=1e-10, num_saves=601)
 
 
 def params_from_args(args) -> dict:
@@ -109,7 +113,7 @@ def run(args) -> dict:
     runs = {motor: _scenario(system, params, motor, ts, args) for motor in model.MOTOR_STARTS}
     metrics = {
         "paper": "seed 002 §8.3, eq. 66-72; reported: |β| < 1e-3 within 2 s from β(0) = 0.9",
-        "integrator": f"diffrax Tsit5, adaptive PID controller, rtol={args.rtol}, atol={args.atol}",
+        "integrator": integrator_record(args),
         "parameters": {k: np.asarray(v).tolist() for k, v in params.items()},
         "tolerance": args.tolerance,
         "constraint_violation": "β = q̇(2) + q̇(4) (eq. 69); servo residual: ë + 2α_m ė + β_m² e (motors)",

@@ -26,7 +26,7 @@ import numpy as np
 
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
 
 DESCRIPTION = "seed 001: SCARA on a helix, no stabilization vs Baumgarte (paper gains, critically damped)"
 PAPER_MAX_ERRORS = {"x": 8e-4, "y": 7e-3, "z": 1e-2}
@@ -40,9 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--initial", choices=model.READINGS, default="corrected", help="reading of the printed q(0)"
     )
-    parser.add_argument("--rtol", type=float, default=1e-10, help="adaptive Tsit5 relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-10, help="adaptive Tsit5 absolute tolerance")
-    parser.add_argument("--num-saves", type=int, default=2001, help="number of evenly spaced save times")
+    add_integrator_arguments(parser, tolerance=1e-10, num_saves=2001)
 
 
 def closed_form_violation(phi0, phid0, alpha, beta, ts):
@@ -179,7 +177,7 @@ def run(args) -> dict:
     metrics = {
         "paper": {"max_displacement_error_without_stabilization_m": PAPER_MAX_ERRORS},
         "setup": {
-            "integrator": f"diffrax Tsit5, adaptive PID, rtol={args.rtol}, atol={args.atol}",
+            "integrator": integrator_record(args),
             "t1_s": args.t1,
             "initial_reading": args.initial,
             "q0": q0,

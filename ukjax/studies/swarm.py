@@ -21,7 +21,13 @@ from scipy.optimize import brentq
 
 from ukjax.models import swarm as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import first_time_below, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    first_time_below,
+    integrator_record,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = "seed 002 §8.2: five robots under the swarm constraint eq. 61-62; ‖β‖ < 0.01, no collisions"
 
@@ -33,9 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mass", type=float, default=2.0, help="robot mass m_i (kg), seed 002 §8.2")
     parser.add_argument("--kappa", type=float, default=float(defaults["kappa"]), help="stabilization κ (1/s)")
     parser.add_argument("--tolerance", type=float, default=0.01, help="‖β‖ level to report the time of")
-    parser.add_argument("--rtol", type=float, default=1e-10, help="adaptive step relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-10, help="adaptive step absolute tolerance")
-    parser.add_argument("--num-saves", type=int, default=1001, help="number of evenly spaced save times")
+    add_integrator_arguments(parser, tolerance=1e-10, num_saves=1001)
 
 
 def pentagon_distances(params) -> tuple[float, float]:
@@ -107,7 +111,7 @@ def run(args) -> dict:
     final = np.sort(distances[-1])
     metrics = {
         "paper": "seed 002 §8.2, eq. 60-65; reported: no collisions, ‖β‖ falls below 0.01",
-        "integrator": f"diffrax Tsit5, adaptive PID controller, rtol={args.rtol}, atol={args.atol}",
+        "integrator": integrator_record(args),
         "status": RESULTS.message(sol.status),
         "num_steps": int(sol.num_steps),
         "parameters": {name: np.asarray(v).tolist() for name, v in params.items()},

@@ -20,7 +20,7 @@ import numpy as np
 
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
 
 DESCRIPTION = "seed 000 §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"
 
@@ -44,9 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--velocity", type=float, default=0.5, help="initial speed of the compatible run (m/s)"
     )
     parser.add_argument("--t1", type=float, default=3.0, help="end time (s)")
-    parser.add_argument("--rtol", type=float, default=1e-11, help="adaptive step relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-11, help="adaptive step absolute tolerance")
-    parser.add_argument("--num-saves", type=int, default=301, help="number of evenly spaced save times")
+    add_integrator_arguments(parser, tolerance=1e-11, num_saves=301)
 
 
 def _figures(out: Path, sols, F_closed, phi_closed, labels):
@@ -102,14 +100,7 @@ def run(args) -> dict:
     metrics = {
         "paper": "Liu et al. 2015 (seed 000) §IV, eq. 36-47",
         "params": {k: float(v) for k, v in params.items()},
-        "integrator": {
-            "solver": "Tsit5",
-            "step": "adaptive PID",
-            "rtol": args.rtol,
-            "atol": args.atol,
-            "t1": args.t1,
-            "num_saves": args.num_saves,
-        },
+        "integrator": integrator_record(args),
         "wall_seconds_including_compile": wall,
         "compatible_start": {
             "status": RESULTS.message(sols.status[0]),
