@@ -32,6 +32,8 @@ from _common import write_results  # noqa: E402
 import ukjax  # noqa: E402
 from ukjax.linalg import default_rtol  # noqa: E402
 
+ukjax.enable_float64()
+
 CASES = [  # (label, m, n, rank)
     ("2x3", 2, 3, 2),
     ("15x18", 15, 18, 15),

@@ -40,6 +40,8 @@ import numpy as np
 import ukjax
 from ukjax.studies._common import environment, write_json
 
+ukjax.enable_float64()
+
 # Seed 001, "Numerical simulations" and "Error reducing": the paper's values, in SI units.
 PAPER = {
     "m1": 20.0, "m2": 15.0, "m3": 15.0, "m4": 0.5,

@@ -39,6 +39,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "Udwadia-Kalaba equation.",
         epilog="Start with `ukjax demo`; `ukjax list` names the studies that reproduce the seed papers.",
     )
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="compute in JAX's float32 default instead of float64 (throughput runs; the error is measured, "
+        "not assumed)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
         "list", help="name the registered studies", description="Name the registered studies."
@@ -95,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(parser, run_parser, argv) -> int:
     args = parser.parse_args(argv)
+    if not args.float32:
+        from ukjax._config import enable_float64
+
+        enable_float64()
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -231,7 +231,7 @@ def run(args) -> dict:
 
     print(
         f"ukjax demo: {args.scenarios} SCARA scenarios (seed 001), {args.duration:g} s, Tsit5 fixed step "
-        f"{dt:g} s ({steps} steps), float64, backend {jax.default_backend()}",
+        f"{dt:g} s ({steps} steps), {q0s.dtype}, backend {jax.default_backend()}",
         flush=True,
     )
     tic = _phase(1, "compiling")

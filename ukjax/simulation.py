@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from typing import Any
 
 import diffrax
@@ -47,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax import dynamics
+from ukjax._config import float64_enabled
 from ukjax.system import System
 
 DEFAULT_NUM_SAVES = 201
@@ -445,6 +447,12 @@ def _prepare(
 ):
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
+    if not float64_enabled():
+        warnings.warn(
+            "ukjax: float64 is not enabled, so this simulation runs in float32 (call ukjax.enable_float64() "
+            "first for accuracy work)",
+            stacklevel=3,
+        )
     q0, qd0 = _check_state(system, q0, qd0, batched=batched)
     # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     dtype = q0.dtype

@@ -1,0 +1,25 @@
+"""ukjax changes no global JAX setting on import; float64 is one explicit call (issue: trustworthy results)."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import warnings
+import jax, jax.numpy as jnp
+import ukjax
+print("x64 after import:", jax.config.jax_enable_x64)
+system = ukjax.System(mass=lambda q, t, p: jnp.eye(1), force=lambda q, qd, t, p: -q, n=1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    sol = ukjax.simulate(system, jnp.ones(1), jnp.zeros(1), {}, t1=0.1, dt=0.05)
+print("dtype:", sol.q.dtype, "warned:", any("float32" in str(w.message) for w in caught))
+ukjax.enable_float64()
+print("x64 after enable:", jax.config.jax_enable_x64, ukjax.float64_enabled())
+"""
+
+
+def test_import_leaves_jax_config_alone_and_float64_is_opt_in():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True).stdout
+    assert "x64 after import: False" in out
+    assert "dtype: float32 warned: True" in out
+    assert "x64 after enable: True True" in out
