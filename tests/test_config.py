@@ -1,4 +1,4 @@
-"""ukjax changes no global JAX setting on import; float64 is one explicit call (issue: trustworthy results)."""
+"""ukjax changes no global JAX setting on import; float64 is one explicit call."""
 
 import subprocess
 import sys
