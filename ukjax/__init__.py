@@ -31,6 +31,7 @@ from ukjax.linalg import matrix_rank as matrix_rank
 from ukjax.linalg import pinv as pinv
 from ukjax.linalg import psd_pinv as psd_pinv
 from ukjax.simulation import RESULTS as RESULTS
+from ukjax.simulation import SimulationError as SimulationError
 from ukjax.simulation import Solution as Solution
 from ukjax.simulation import simulate as simulate
 from ukjax.simulation import simulate_batch as simulate_batch

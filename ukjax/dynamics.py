@@ -63,6 +63,7 @@ the symmetric part (M + Mᵀ)/2 of M. Each function is compiled (``jax.jit``) on
 from __future__ import annotations
 
 import functools
+import re
 
 import equinox as eqx
 import jax
@@ -124,19 +125,91 @@ def _spd_sqrt_pair_jvp(primals, tangents):
     return (S, S_inv), (dS, -S_inv @ dS @ S_inv)
 
 
-def _eq35_terms(M, Q, A, b, c, rtol):
-    """(q̈, Q^c_id, Q^c_nid) by a Cholesky of M and G⁺, G = A M⁻¹Aᵀ (seed 004 eq. 34-36)."""
-    F = Q if c is None else Q + c
-    solved = cho_solve(cholesky(M), jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
-    a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
-    # small products as fused elementwise sums under vmap (linalg.small_matmul)
+class _Eq35Factors(eqx.Module):
+    """What the forward eq. 35 solve keeps for its derivative: nothing is factorized twice."""
+
+    L: jax.Array  # Cholesky factor of M
+    MinvAT: jax.Array  # M⁻¹Aᵀ
+    G_pinv: jax.Array  # (A M⁻¹Aᵀ)⁺
+    lam_F: jax.Array  # λ of the total given force F = Q + c: q̈ = M⁻¹(F + Aᵀλ_F)
+    lam_Q: jax.Array  # λ of Q alone (the ideal force is Aᵀλ_Q)
+    qdd_Q: jax.Array  # M⁻¹(Q + Aᵀλ_Q)
+    r_perp: jax.Array  # (I - G G⁺) b: the part of b outside range(A), zero for consistent constraints
+
+
+def _eq35_forward(M, Q, A, b, c, rtol):
+    """(q̈, Q^c_id, Q^c_nid) by a Cholesky of M and G⁺, G = A M⁻¹Aᵀ (seed 004 eq. 34-36), and the factors.
+
+    Written for small systems under ``vmap``: products as fused outer-product sums (linalg.small_matmul).
+    Differentiating this function directly (autodiff through the Cholesky and the pivoted-Cholesky loop of
+    G⁺) is the reference the custom derivative of :func:`_eq35_terms` is tested against.
+    """
     mm = small_matmul
+    F = Q if c is None else Q + c
+    L = cholesky(M)
+    solved = cho_solve(L, jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
+    a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
     G = mm(A, MinvAT)
-    G_pinv = _psd_pinv(G, gram_rtol(G.shape[0], M.shape[0], M.dtype) if rtol is None else rtol)
-    qdd = a_F + mm(MinvAT, mm(G_pinv, b - mm(A, a_F)))
-    ideal = mm(A.T, mm(G_pinv, b - mm(A, a)))
-    nonideal = jnp.zeros_like(Q) if c is None else c - mm(A.T, mm(G_pinv, mm(A, a_F - a)))
-    return qdd, ideal, nonideal
+    G_pinv = _psd_pinv(G, rtol)
+    r_F = b - mm(A, a_F)
+    lam_F = mm(G_pinv, r_F)
+    qdd = a_F + mm(MinvAT, lam_F)
+    if c is None:
+        lam_Q, qdd_Q, nonideal = lam_F, qdd, jnp.zeros_like(Q)
+    else:
+        lam_Q = mm(G_pinv, b - mm(A, a))
+        qdd_Q = a + mm(MinvAT, lam_Q)
+        nonideal = c - mm(A.T, mm(G_pinv, mm(A, a_F - a)))
+    ideal = mm(A.T, lam_Q)
+    factors = _Eq35Factors(L, MinvAT, G_pinv, lam_F, lam_Q, qdd_Q, r_F - mm(G, lam_F))
+    return (qdd, ideal, nonideal), factors
+
+
+@jax.custom_jvp
+def _eq35_terms(M, Q, A, b, c, rtol):
+    """(q̈, Q^c_id, Q^c_nid) of seed 004 eq. 35 with a derivative that reuses the forward factorization.
+
+    Differentiating the Lagrange-multiplier form M q̈ = F + Aᵀλ, A q̈ = b (F = Q + c, λ = G⁺(b - A M⁻¹F))
+    gives the tangent as one more solve with the same M and G⁺ (Golub-Pereyra for dG⁺, with Aᵀ(I - G⁺G) = 0
+    and (I - GG⁺)A = 0):
+
+        x  = M⁻¹(dF - dM q̈ + dAᵀλ),
+        dλ = G⁺(db - dA q̈ - A x) + G⁺G⁺ A M⁻¹ dAᵀ r⊥,     r⊥ = (I - GG⁺) b,
+        dq̈ = x + M⁻¹Aᵀ dλ.
+
+    The last term of dλ vanishes for consistent constraints (r⊥ = 0); it makes the derivative that of the
+    least-squares acceleration otherwise. Exact wherever the rank of A is locally constant, as the
+    Golub-Pereyra formula it comes from. The ideal force Aᵀλ_Q has the same tangent with Q in place of F,
+    and the non-ideal force follows from M q̈ = Q + Q^c_id + Q^c_nid. Cost: a few small products and one
+    triangular solve pair with the forward Cholesky factor, against autodiff through the factorizations
+    (``benchmarks/compile_and_gradient.py`` measures both).
+    """
+    return _eq35_forward(M, Q, A, b, c, rtol)[0]
+
+
+@_eq35_terms.defjvp
+def _eq35_terms_jvp(primals, tangents):
+    M, Q, A, b, c, rtol = primals
+    dM, dQ, dA, db, dc, _ = tangents
+    mm = small_matmul
+    (qdd, ideal, nonideal), f = _eq35_forward(M, Q, A, b, c, rtol)
+
+    def multiplier_tangent(acc, lam, dforce):
+        rhs = jnp.stack([dforce - mm(dM, acc) + mm(dA.T, lam), mm(dA.T, f.r_perp)], axis=1)
+        x_y = cho_solve(f.L, rhs)
+        x, y = x_y[:, 0], x_y[:, 1]
+        dlam = mm(f.G_pinv, db - mm(dA, acc) - mm(A, x) + mm(f.G_pinv, mm(A, y)))
+        return x, dlam
+
+    x, dlam_F = multiplier_tangent(qdd, f.lam_F, dQ if c is None else dQ + dc)
+    dqdd = x + mm(f.MinvAT, dlam_F)
+    dlam_Q = dlam_F if c is None else multiplier_tangent(f.qdd_Q, f.lam_Q, dQ)[1]
+    dideal = mm(dA.T, f.lam_Q) + mm(A.T, dlam_Q)
+    if c is None:
+        dnonideal = jnp.zeros_like(dqdd)
+    else:
+        dnonideal = mm(dM, qdd) + mm(M, dqdd) - dQ - dideal
+    return (qdd, ideal, nonideal), (dqdd, dideal, dnonideal)
 
 
 def _reference_terms(M, Q, A, b, c, method, rtol):
@@ -160,8 +233,26 @@ def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
     M = symmetric_part(M)
     if method == "cholesky":
-        return _eq35_terms(M, Q, A, b, c, rtol)
+        rtol = gram_rtol(A.shape[0], M.shape[0], M.dtype) if rtol is None else rtol
+        return _eq35_terms(M, Q, A, b, c, jnp.asarray(rtol, M.dtype))
     return _reference_terms(M, Q, A, b, c, method, rtol)
+
+
+def _checked(program, *args, check, **static):
+    """Call a jitted form; a ``check=True`` failure is re-raised as ``ValueError`` with its message alone.
+
+    Under ``jax.jit`` the XLA runtime wraps equinox's error in ``JaxRuntimeError: INTERNAL: CpuCallback
+    error ...``; the message of :func:`ukjax._checks.raise_if_invalid` is recovered from it.
+    """
+    if not check:
+        return program(*args, check=False, **static)
+    try:
+        return program(*args, check=True, **static)
+    except (jax.errors.JaxRuntimeError, eqx.EquinoxRuntimeError) as error:
+        found = re.search(r"EquinoxRuntimeError: (.+)", str(error))
+        if found is None:
+            raise
+        raise ValueError(found.group(1).strip()) from None
 
 
 def _uk(where, M, Q, A, b, c, method, rtol, check):
@@ -170,7 +261,7 @@ def _uk(where, M, Q, A, b, c, method, rtol, check):
     M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
     # ``where`` only names the function in check messages; unchecked, the three public names share a compile.
     check = bool(check)
-    return _uk_terms(M, Q, A, b, c, rtol, where=where if check else "", method=method, check=check)
+    return _checked(_uk_terms, M, Q, A, b, c, rtol, where=where if check else "", method=method, check=check)
 
 
 def uk_acceleration(M, Q, A, b, c=None, *, method: str = "cholesky", rtol=None, check: bool = False):
@@ -220,6 +311,15 @@ def uk_constraint_force(
     return ConstraintForce(ideal=ideal, nonideal=nonideal)
 
 
+def uk_solve(
+    M, Q, A, b, c=None, *, method: str = "cholesky", rtol=None, check: bool = False
+) -> tuple[jax.Array, ConstraintForce]:
+    """(q̈, constraint force) from one evaluation of the UK equation: :func:`uk_acceleration` and
+    :func:`uk_constraint_force` share every factorization. Arguments as in :func:`uk_acceleration`."""
+    qdd, ideal, nonideal = _uk("uk_solve", M, Q, A, b, c, method, rtol, check)
+    return qdd, ConstraintForce(ideal=ideal, nonideal=nonideal)
+
+
 def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     """(q̈, λ) from the Lagrange-multiplier system, solved as a minimum-norm least-squares problem:
 
@@ -232,7 +332,7 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     n + m. ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
     """
     M, Q, A, b, _ = validate_system("kkt_acceleration", M, Q, A, b)
-    return _kkt(M, Q, A, b, rtol, check=bool(check))
+    return _checked(_kkt, M, Q, A, b, rtol, check=bool(check))
 
 
 @functools.partial(jax.jit, static_argnames=("check",))
@@ -269,7 +369,7 @@ def singular_mass_acceleration(
     if form not in SINGULAR_MASS_FORMS:
         raise ValueError(f"{where}: unknown form {form!r}; choose one of {SINGULAR_MASS_FORMS}")
     M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
-    return _singular_mass(M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
+    return _checked(_singular_mass, M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
 
 
 @functools.partial(jax.jit, static_argnames=("form", "method", "check"))
@@ -330,7 +430,9 @@ def recursive_uk_acceleration(
         raise ValueError(f"{where}: covariance_update must be joseph or simple, not {covariance_update!r}")
     M, Q, _, _, _ = validate_system(where, M, Q)
     As, bs, Rs = validate_blocks(where, M.shape[0], blocks, R)
-    acc, P = _recursive(M, Q, As, bs, Rs, rtol, covariance_update=covariance_update, check=bool(check))
+    acc, P = _checked(
+        _recursive, M, Q, As, bs, Rs, rtol, covariance_update=covariance_update, check=bool(check)
+    )
     return (acc, P) if return_covariance else acc
 
 

@@ -36,6 +36,7 @@ and Baumgarte gains.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import warnings
@@ -47,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax import _validation as validate
 from ukjax import dynamics
 from ukjax._config import float64_enabled
 from ukjax.system import System
@@ -64,6 +66,12 @@ the constraint manifold by the integration error, and for redundant (rank-defici
 Baumgarte terms of that drift, β²φ, are not exactly in the range of A: with φ ~ 1e-9 and β² ~ 1e2 that is
 ~1e-7 relative."""
 
+DEFAULT_CONSTRAINT_RTOL = 1e-6
+"""Default ``constraint_rtol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): the largest scaled residual
+|φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞)) (and its velocity counterpart) that still counts as "the constraints held".
+Integration error of a stabilized system is far below it (adaptive Tsit5 at 1e-8: ~1e-9; fixed 5 ms steps on
+the SCARA with critically damped gains: ~1e-8)."""
+
 DTMIN_FRACTION = 1e-12
 """The adaptive controller stops with ``RESULTS.step_size_collapse`` below dt = DTMIN_FRACTION * (t1 - t0)."""
 
@@ -77,6 +85,7 @@ class RESULTS(enum.IntEnum):
     inconsistent_constraints = 3
     control_infeasible = 4
     step_size_collapse = 5
+    constraint_violated = 6
 
     @staticmethod
     def message(code) -> str:
@@ -94,8 +103,27 @@ _MESSAGES = {
     "(C B̄) u = b̄ has no solution (seed 000 Assumption 3)",
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
     "field is non-finite or singular near the last accepted state",
+    RESULTS.constraint_violated: "the constraints did not hold: the scaled position or velocity residual "
+    "(Solution.position_violation / velocity_violation) exceeded constraint_rtol at the last saved time, or "
+    "grew above both constraint_rtol and its value at the first saved time; stabilize (Baumgarte), shorten "
+    "the step, or check that the constraints are compatible",
 }
 _MESSAGE_LIST = tuple(_MESSAGES[code] for code in RESULTS)
+
+
+class SimulationError(RuntimeError):
+    """Raised by ``simulate(..., throw=True)``: the :class:`RESULTS` message of the scenario that failed."""
+
+
+def _run(program, *args):
+    """Call a compiled simulation; with ``throw=True`` its runtime error is re-raised here, at this call,
+    with the status message alone (equinox's own traceback points at the call that first traced it)."""
+    try:
+        return program(*args)
+    except eqx.EquinoxRuntimeError as error:
+        text = str(error)
+        message = max((m for m in _MESSAGE_LIST[1:] if m in text), key=len, default=text)
+        raise SimulationError(f"ukjax.simulate: {message}") from None
 
 
 class Solution(eqx.Module):
@@ -111,7 +139,11 @@ class Solution(eqx.Module):
         constraint_force: :class:`ukjax.dynamics.ConstraintForce` with ``ideal``, ``nonideal`` and
             ``total``, each (T, n): the force of the passive constraints, seed 000 eq. 11-12
             (``M q̈ = Q [+ B u] + total``).
-        consistency: (T,) ‖A A⁺ b - b‖ of the passive constraints (seed 000 eq. 27); 0 when consistent.
+        consistency: (T,) ‖A q̈ - b‖ of the passive constraints: equal to ‖A A⁺ b - b‖ (seed 000 eq. 27), the
+            distance of b from range(A), for the computed q̈; 0 when consistent.
+        position_violation, velocity_violation: (T,) the scaled residuals the status is judged by:
+            max_i |φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞)), a relative distance from the constraint surface, and
+            max_i |φ̇_i or ψ_i| / (‖∂φ_i/∂q or ∂ψ_i/∂q̇‖ (1 + ‖q̇‖∞)); 0 without such constraints.
         u, servo_residual: (T, n_u) controls and (T, k_s) servo-constraint residuals (controlled systems
             only, else None).
         status: int code, see :class:`RESULTS`.
@@ -120,8 +152,9 @@ class Solution(eqx.Module):
             step; the adaptive first-step selection may add one or two); -1 for a solver whose count is not
             known.
 
-    After a failure (status other than success, inconsistent_constraints, control_infeasible) the values at
-    saved times past the point of failure are not meaningful (diffrax fills them with inf).
+    After a failure (status other than success, inconsistent_constraints, control_infeasible,
+    constraint_violated) the values at saved times past the point of failure are not meaningful (diffrax
+    fills them with inf).
     """
 
     ts: jax.Array
@@ -132,6 +165,8 @@ class Solution(eqx.Module):
     velocity_residual: jax.Array
     constraint_force: dynamics.ConstraintForce
     consistency: jax.Array
+    position_violation: jax.Array
+    velocity_violation: jax.Array
     u: jax.Array | None
     servo_residual: jax.Array | None
     status: jax.Array
@@ -141,7 +176,7 @@ class Solution(eqx.Module):
 
     @property
     def ok(self) -> jax.Array:
-        """True (per scenario) where the simulation succeeded."""
+        """True (per scenario) where the simulation succeeded and the constraints held (status success)."""
         return self.status == RESULTS.success
 
     @property
@@ -174,6 +209,8 @@ class _Config(eqx.Module):
     uk_solver: str = eqx.field(static=True)
     default_pinv_rtol: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+    adjoint: Any = eqx.field(static=True)
 
 
 class _Numbers(eqx.Module):
@@ -187,7 +224,7 @@ class _Numbers(eqx.Module):
     atol: jax.Array
     pinv_rtol: jax.Array
     consistency_rtol: jax.Array
-    throw: jax.Array
+    constraint_rtol: jax.Array
 
 
 def _evals_per_step(solver) -> tuple[int, int]:
@@ -208,68 +245,151 @@ def _pinv_rtol(config, numbers):
     return None if config.default_pinv_rtol else numbers.pinv_rtol
 
 
-def _acceleration(system, config, numbers, q, qd, t, p):
-    """q̈ and, for controlled systems, the closed-loop record (u, servo residual, feasible)."""
+def _motion(system, config, numbers, q, qd, t, p):
+    """(q̈, passive motion record or None, closed-loop record or None) at one state.
+
+    The ODE right-hand side and the diagnostics at the saved times both call this one function, so they
+    share one UK solve per evaluation: the vector field uses q̈ only and XLA drops the rest there.
+    """
     rtol = _pinv_rtol(config, numbers)
     if _is_controlled(system):
         from ukjax.control import closed_loop_acceleration
 
         loop = closed_loop_acceleration(system, q, qd, t, p, method=config.method, rtol=rtol)
-        return loop.qdd, loop
-    return system.acceleration(q, qd, t, p, method=config.method, solver=config.uk_solver, rtol=rtol), None
+        return loop.qdd, None, loop
+    motion = system.motion(q, qd, t, p, method=config.method, solver=config.uk_solver, rtol=rtol)
+    return motion.qdd, motion, None
+
+
+def _norm(r):
+    """‖r‖ with derivative 0 (not NaN) at r = 0."""
+    r2 = jnp.sum(r * r)
+    positive = r2 > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
+
+
+def _scaled_max(residual, scale, state):
+    """max_i |r_i| / (scale_i (1 + ‖state‖∞)); a row of zero scale (singular point) counts unscaled."""
+    scale = jnp.where(scale > 0, scale, 1.0) * (1.0 + jnp.max(jnp.abs(state)))
+    return jnp.max(jnp.abs(residual) / scale, initial=0.0)
 
 
 def _diagnostics(system, config, numbers, q, qd, t, p):
     """Everything a Solution reports at one saved time."""
-    qdd, loop = _acceleration(system, config, numbers, q, qd, t, p)
+    qdd, motion, loop = _motion(system, config, numbers, q, qd, t, p)
     rtol = _pinv_rtol(config, numbers)
-    M = system.mass_matrix(q, t, p)
-    Q = system.given_force(q, qd, t, p)
-    if loop is not None:
-        Q = Q + system.actuation(q, t, p) @ loop.u
-    A, b = system.constraint_equations(q, qd, t, p)
-    c = system.nonideal_vector(q, qd, t, p)
-    if A.shape[0] == 0:
-        # No passive constraint: no ideal force, the non-ideal force is c itself (B⁺B = 0 in seed 000 eq. 12).
-        zero = jnp.zeros_like(Q)
-        force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
-        consistency = jnp.zeros((), Q.dtype)
+    if motion is not None and motion.constraint_force is not None:
+        force, A, b = motion.constraint_force, motion.A, motion.b
     else:
-        force = dynamics.uk_constraint_force(M, Q, A, b, c, method=config.method, rtol=rtol)
+        # Forces of the controlled or recursive motion from the one-shot UK equation (seed 000 eq. 11-12),
+        # with the actuator force as a given force.
+        M = system.mass_matrix(q, t, p)
+        Q = system.given_force(q, qd, t, p)
+        if loop is not None:
+            Q = Q + system.actuation(q, t, p) @ loop.u
+        A, b = system.constraint_equations(q, qd, t, p)
+        c = system.nonideal_vector(q, qd, t, p)
+        if A.shape[0] == 0:
+            zero = jnp.zeros_like(Q)
+            force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
+        else:
+            force = dynamics.uk_constraint_force(M, Q, A, b, c, method=config.method, rtol=rtol)
+    if config.uk_solver == "recursive" and A.shape[0] > 0:
         consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
-    consistent = consistency <= numbers.consistency_rtol * (1.0 + jnp.linalg.norm(b))
+    else:
+        consistency = _norm(A @ qdd - b)
+    consistent = consistency <= numbers.consistency_rtol * (1.0 + _norm(b))
     position, velocity = system.residuals(q, qd, t, p)
+    position_scale, velocity_scale = system.residual_scales(q, qd, t, p)
     finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
     out = dict(
         qdd=qdd,
         position_residual=position,
         velocity_residual=velocity,
+        position_violation=_scaled_max(position, position_scale, q),
+        velocity_violation=_scaled_max(velocity, velocity_scale, qd),
         constraint_force=force,
         consistency=consistency,
         consistent=consistent,
         finite=finite,
+        state_finite=jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)),
     )
     if loop is not None:
         out.update(u=loop.u, servo_residual=loop.servo_residual, feasible=jnp.asarray(loop.feasible))
     return out
 
 
+def _violated(violation, tol):
+    """The constraints did not hold: above tol at the last saved time, or grown above tol and the start."""
+    return (violation[-1] > tol) | jnp.any(violation > jnp.maximum(tol, violation[0]))
+
+
+def _status(result, start_bad, diag, tol):
+    """The RESULTS code of one scenario from diffrax's result and the diagnostics at the saved times."""
+    R = diffrax.RESULTS
+    # A non-finite acceleration at a state the integrator reached (finite q, q̇) is nonfinite_state even when
+    # the adaptive controller reported it as a step-size collapse.
+    acceleration_bad = jnp.any(diag["state_finite"] & ~jnp.isfinite(diag["qdd"]).all(axis=-1))
+    violated = _violated(diag["position_violation"], tol) | _violated(diag["velocity_violation"], tol)
+    checks = [
+        (start_bad | (result == R.event_occurred) | acceleration_bad, RESULTS.nonfinite_state),
+        (result == R.max_steps_reached, RESULTS.max_steps_reached),
+        (result != R.successful, RESULTS.step_size_collapse),
+        (~jnp.all(diag["finite"]), RESULTS.nonfinite_state),
+        (~jnp.all(diag["consistent"]), RESULTS.inconsistent_constraints),
+    ]
+    if "feasible" in diag:
+        checks.append((~jnp.all(diag["feasible"]), RESULTS.control_infeasible))
+    checks.append((violated, RESULTS.constraint_violated))
+    status = jnp.asarray(RESULTS.success, jnp.int32)
+    for condition, code in reversed(checks):
+        status = jnp.where(condition, jnp.int32(code), status)
+    return status
+
+
+@contextlib.contextmanager
+def _runtime_checks_as_nan(active: bool):
+    """While tracing, make equinox's ``error_if`` checks (diffrax has a few: dt0 sign, ts increasing) return
+    NaN instead of calling back to the host, as ``EQX_ON_ERROR=nan`` would for the whole process.
+
+    A program holding a host callback is never written to JAX's persistent compilation cache; ukjax checks
+    the same conditions on the host before compiling (``ukjax._validation``). Uses equinox's module-level
+    setting (``equinox._errors.EQX_ON_ERROR``, read at trace time); does nothing if a future equinox moves it.
+    """
+    import equinox._errors as errors
+
+    previous = getattr(errors, "EQX_ON_ERROR", None)
+    if not active or previous is None:
+        yield
+        return
+    errors.EQX_ON_ERROR = "nan"
+    try:
+        yield
+    finally:
+        errors.EQX_ON_ERROR = previous
+
+
 def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) -> Solution:
     """One scenario: diffrax integration, post-processing at the saved times, status."""
+    with _runtime_checks_as_nan(not config.throw):
+        return _solve_traced(system, config, numbers, q0, qd0, params)
+
+
+def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     dtype = jnp.result_type(q0)
-    qdd0, _ = _acceleration(system, config, numbers, q0, qd0, numbers.t0, params)
-    start_bad = ~(jnp.all(jnp.isfinite(qdd0)) & jnp.all(jnp.isfinite(q0)) & jnp.all(jnp.isfinite(qd0)))
+    # Non-finite input (possible only when traced: concrete input is refused on the host) integrates nothing
+    # instead of letting the adaptive controller reject max_steps steps of NaN.
+    leaves = [x for x in jax.tree_util.tree_leaves(params) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    start_bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in (q0, qd0, *leaves)]))
 
     def vector_field(t, y, p):
         q, qd = y
-        qdd, _ = _acceleration(system, config, numbers, q, qd, t, p)
-        # A scenario that is non-finite from the start integrates nothing (status nonfinite_state) instead of
-        # letting the adaptive controller reject max_steps steps of NaN.
+        qdd = _motion(system, config, numbers, q, qd, t, p)[0]
         return jnp.where(start_bad, 0.0, qd), jnp.where(start_bad, 0.0, qdd)
 
     def nonfinite(t, y, args, **kwargs):
         q, qd = y
-        return start_bad | ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
+        return ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
 
     if config.adaptive:
         controller = diffrax.PIDController(
@@ -292,6 +412,7 @@ def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) 
         params,
         saveat=diffrax.SaveAt(ts=numbers.ts),
         stepsize_controller=controller,
+        adjoint=config.adjoint,
         event=diffrax.Event(nonfinite),
         max_steps=config.max_steps,
         throw=False,
@@ -301,36 +422,7 @@ def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) 
     diag = jax.vmap(lambda t, q_, qd_: _diagnostics(system, config, numbers, q_, qd_, t, params))(
         numbers.ts, q, qd
     )
-
-    result = sol.result
-    status = jnp.where(
-        start_bad | (result == diffrax.RESULTS.event_occurred),
-        RESULTS.nonfinite_state,
-        jnp.where(
-            result == diffrax.RESULTS.max_steps_reached,
-            RESULTS.max_steps_reached,
-            jnp.where(
-                result == diffrax.RESULTS.dt_min_reached,
-                RESULTS.step_size_collapse,
-                jnp.where(
-                    ~jnp.all(diag["finite"]),
-                    RESULTS.nonfinite_state,
-                    jnp.where(
-                        ~jnp.all(diag["consistent"]), RESULTS.inconsistent_constraints, RESULTS.success
-                    ),
-                ),
-            ),
-        ),
-    )
-    if "feasible" in diag:
-        status = jnp.where(
-            (status == RESULTS.success) & ~jnp.all(diag["feasible"]), RESULTS.control_infeasible, status
-        )
-    status = jnp.where(
-        (status == RESULTS.success) & ~(result == diffrax.RESULTS.successful),
-        RESULTS.step_size_collapse,
-        status,
-    ).astype(jnp.int32)
+    status = _status(sol.result, start_bad, diag, numbers.constraint_rtol)
 
     per_step, extra = _evals_per_step(config.solver)
     num_steps = jnp.asarray(sol.stats["num_steps"])
@@ -344,6 +436,8 @@ def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) 
         velocity_residual=diag["velocity_residual"],
         constraint_force=diag["constraint_force"],
         consistency=diag["consistency"],
+        position_violation=diag["position_violation"],
+        velocity_violation=diag["velocity_violation"],
         u=diag.get("u"),
         servo_residual=diag.get("servo_residual"),
         status=status,
@@ -351,7 +445,11 @@ def _solve(system: System, config: _Config, numbers: _Numbers, q0, qd0, params) 
         num_accepted_steps=jnp.asarray(sol.stats["num_accepted_steps"]),
         num_function_evals=evals,
     )
-    return eqx.branched_error_if(out, numbers.throw & (status != RESULTS.success), status, _MESSAGE_LIST)
+    if not config.throw:
+        # No runtime error check in the program unless asked: host callbacks defeat JAX's persistent
+        # compilation cache.
+        return out
+    return eqx.branched_error_if(out, status != RESULTS.success, status, _MESSAGE_LIST)
 
 
 @eqx.filter_jit
@@ -364,58 +462,10 @@ def _simulate_many(system, config, numbers, q0, qd0, params):
     return jax.vmap(lambda q, qd, p: _solve(system, config, numbers, q, qd, p))(q0, qd0, params)
 
 
-# ---------------------------------------------------------------------- input checks (before integration)
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def _scalar(x, name, dtype):
-    x = jnp.asarray(x, dtype=dtype)
-    if x.ndim != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {x.shape}")
-    return x
-
-
-def _check_state(system: System, q0, qd0, batched: bool):
-    q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)
-    if not (jnp.issubdtype(q0.dtype, jnp.floating) and q0.dtype == qd0.dtype):
-        q0, qd0 = q0.astype(jnp.result_type(float)), qd0.astype(jnp.result_type(float))
-    expected = "(batch, n)" if batched else "(n,)"
-    ndim = 2 if batched else 1
-    if q0.ndim != ndim or qd0.ndim != ndim or q0.shape != qd0.shape or q0.shape[-1] != system.n:
-        raise ValueError(
-            f"q0 and qd0 must both have shape {expected} with n = {system.n}; got q0.shape={q0.shape}, "
-            f"qd0.shape={qd0.shape}"
-        )
-    for name, x in (("q0", q0), ("qd0", qd0)):
-        if _is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-            raise ValueError(f"{name} has NaN or infinite entries: {np.asarray(x)}")
-    return q0, qd0
-
-
-def _save_times(t0, t1, ts):
-    concrete = _is_concrete(t0) and _is_concrete(t1)
-    if concrete and not float(t1) > float(t0):
-        raise ValueError(f"t1 must be larger than t0, got t0={float(t0)}, t1={float(t1)}")
-    if ts is None:
-        return jnp.linspace(t0, t1, DEFAULT_NUM_SAVES)
-    ts = jnp.asarray(ts, dtype=t0.dtype)
-    if ts.ndim != 1 or ts.shape[0] < 1:
-        raise ValueError(f"ts must be a non-empty vector of save times, got shape {ts.shape}")
-    if concrete and _is_concrete(ts):
-        values = np.asarray(ts)
-        if values.min() < float(t0) or values.max() > float(t1):
-            raise ValueError(
-                f"ts must lie in [t0, t1] = [{float(t0)}, {float(t1)}], got [{values.min()}, {values.max()}]"
-            )
-        if np.any(np.diff(values) < 0):
-            raise ValueError("ts must be non-decreasing")
-    return ts
-
-
+# ---------------------------------------------------------------------- options (checked before compiling)
 _OPTIONS = (
     "t0", "t1", "ts", "solver", "dt", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
-    "consistency_rtol", "progress", "throw",
+    "consistency_rtol", "constraint_rtol", "adjoint", "progress", "throw",
 )
 
 
@@ -428,8 +478,10 @@ def _prepare(
     system,
     q0,
     qd0,
+    params,
     *,
     batched: bool,
+    batch_params: bool = False,
     t0,
     t1,
     ts,
@@ -442,9 +494,12 @@ def _prepare(
     uk_solver,
     pinv_rtol,
     consistency_rtol,
+    constraint_rtol,
+    adjoint,
     progress,
     throw,
 ):
+    """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
     if not float64_enabled():
@@ -453,19 +508,51 @@ def _prepare(
             "first for accuracy work)",
             stacklevel=3,
         )
-    q0, qd0 = _check_state(system, q0, qd0, batched=batched)
+    q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
     # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     dtype = q0.dtype
     if uk_solver not in ("uk", "recursive"):
         raise ValueError(f"uk_solver must be 'uk' or 'recursive', got {uk_solver!r}")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-    t0, t1 = _scalar(t0, "t0", dtype), _scalar(t1, "t1", dtype)
-    ts = _save_times(t0, t1, ts)
+    if method not in dynamics.ACCELERATION_METHODS:
+        raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
+    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES)
     if dt is not None:
-        dt = _scalar(dt, "dt", dtype)
-        if _is_concrete(dt) and not float(dt) > 0:
-            raise ValueError(f"dt must be positive, got {float(dt)}")
+        dt = validate.scalar(dt, "dt", dtype, positive=True)
+        validate.fixed_step(t0, t1, dt)
+    known = all(validate.is_concrete(x) for x in (t0, t1) + (() if dt is None else (dt,)))
+    if max_steps is None:
+        # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
+        # is what the trajectory needs; adaptive or traced times: DEFAULT_MAX_STEPS.
+        fixed_known = dt is not None and known
+        max_steps = validate.fixed_step_count(t0, t1, dt) + 1 if fixed_known else DEFAULT_MAX_STEPS
+    if adjoint is None:
+        # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
+        # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
+        # Otherwise diffrax's default binomial checkpointing, O(sqrt(max_steps)) checkpoints.
+        fixed = dt is not None and known
+        adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps if fixed else None)
+    batch = q0.shape[0] if batched else None
+    poisoned = validate.parameters(params, batched=batched and batch_params, batch=batch)
+    if poisoned:
+        warnings.warn("ukjax: " + "; ".join(poisoned) + " (those scenarios get status nonfinite_state)",
+                      stacklevel=3)
+    leaves = jax.tree_util.tree_leaves((q0, qd0, t0, params))
+    if all(validate.is_concrete(x) for x in leaves):
+        if not batched:
+            validate.model_at_start(system, q0, qd0, t0, params)
+        else:
+            k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
+            if k is not None:
+                p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
+                validate.model_at_start(system, q0[k], qd0[k], t0, p_k)
+    eps = float(jnp.finfo(dtype).eps)
+    if constraint_rtol is None:
+        constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
+    if consistency_rtol is None:
+        consistency_rtol = max(DEFAULT_CONSISTENCY_RTOL, math.sqrt(eps))
     config = _Config(
         solver=diffrax.Tsit5() if solver is None else solver,
         adaptive=dt is None,
@@ -474,6 +561,8 @@ def _prepare(
         uk_solver=uk_solver,
         default_pinv_rtol=pinv_rtol is None,
         progress=bool(progress),
+        throw=bool(throw),
+        adjoint=adjoint,
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(
@@ -481,11 +570,11 @@ def _prepare(
         t0=t0,
         t1=t1,
         dt=nan if dt is None else dt,
-        rtol=_scalar(rtol, "rtol", dtype),
-        atol=_scalar(atol, "atol", dtype),
-        pinv_rtol=nan if pinv_rtol is None else _scalar(pinv_rtol, "pinv_rtol", dtype),
-        consistency_rtol=_scalar(consistency_rtol, "consistency_rtol", dtype),
-        throw=jnp.asarray(bool(throw)),
+        rtol=validate.scalar(rtol, "rtol", dtype, positive=True),
+        atol=validate.scalar(atol, "atol", dtype, positive=True),
+        pinv_rtol=nan if pinv_rtol is None else validate.scalar(pinv_rtol, "pinv_rtol", dtype, positive=True),
+        consistency_rtol=validate.scalar(consistency_rtol, "consistency_rtol", dtype, positive=True),
+        constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, positive=True),
     )
     return config, numbers, q0, qd0
 
@@ -503,11 +592,13 @@ def simulate(
     dt=None,
     rtol=1e-8,
     atol=1e-8,
-    max_steps: int = DEFAULT_MAX_STEPS,
+    max_steps: int | None = None,
     method: str = "cholesky",
     uk_solver: str = "uk",
     pinv_rtol=None,
-    consistency_rtol=DEFAULT_CONSISTENCY_RTOL,
+    consistency_rtol=None,
+    constraint_rtol=None,
+    adjoint=None,
     progress: bool = False,
     throw: bool = False,
 ) -> Solution:
@@ -515,35 +606,52 @@ def simulate(
 
     Arguments:
         system: a :class:`ukjax.system.System`.
-        q0, qd0: (n,) initial coordinates and velocities. They need not satisfy the constraints (seed 001
-            starts off the constraint manifold on purpose); Baumgarte terms then pull the motion back.
+        q0, qd0: (n,) initial coordinates and velocities. They need not satisfy the constraints (Xu & Liu
+            2017 start off the constraint manifold on purpose); Baumgarte terms then pull the motion back.
         params: the parameter pytree passed to every function of the system; differentiable.
-        t0, t1: start and end time (t1 > t0).
+        t0, t1: start and end time (t1 > t0, both finite).
         ts: save times in [t0, t1], non-decreasing; default ``DEFAULT_NUM_SAVES`` evenly spaced.
         solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step).
-        dt: fixed step size (``diffrax.ConstantStepSize``); ``None`` = adaptive ``diffrax.PIDController(rtol,
-            atol)``, which stops with ``step_size_collapse`` below ``DTMIN_FRACTION * (t1 - t0)``.
-        rtol, atol: tolerances of the adaptive controller (ignored for fixed step).
-        max_steps: step budget; reaching it gives status ``max_steps_reached``.
+        dt: fixed step size (``diffrax.ConstantStepSize``), 0 < dt < t1 - t0; ``None`` = adaptive
+            ``diffrax.PIDController(rtol, atol)``, which stops with ``step_size_collapse`` below
+            ``DTMIN_FRACTION * (t1 - t0)``.
+        rtol, atol: tolerances of the adaptive controller (positive; ignored for fixed step).
+        max_steps: step budget; reaching it gives status ``max_steps_reached``. ``None``: for a fixed step
+            exactly ceil((t1 - t0)/dt) + 1, so reverse-mode memory is what the trajectory needs; otherwise
+            ``DEFAULT_MAX_STEPS``. A new span or step then compiles a new program (the budget is static).
         method, uk_solver, pinv_rtol: how q̈ is computed (:meth:`System.acceleration` ``method``, ``solver``,
-            ``rtol``); ``pinv_rtol`` is also the rank tolerance of the consistency residual.
-        consistency_rtol: status ``inconsistent_constraints`` when ‖A A⁺ b - b‖ > consistency_rtol (1 + ‖b‖)
-            at any saved time (see ``DEFAULT_CONSISTENCY_RTOL``).
+            ``rtol``); ``pinv_rtol`` (positive) is also the rank tolerance of the consistency residual.
+        consistency_rtol: status ``inconsistent_constraints`` when ‖A q̈ - b‖ > consistency_rtol (1 + ‖b‖)
+            at any saved time; ``None``: ``DEFAULT_CONSISTENCY_RTOL`` (float64), √eps (float32).
+        constraint_rtol: status ``constraint_violated`` when the scaled position or velocity residual
+            (``Solution.position_violation``, ``velocity_violation``) exceeds it at the last saved time, or
+            anywhere exceeds both it and its value at the first saved time (a start off the constraints is
+            allowed if the motion does not drift further off). ``None``: ``DEFAULT_CONSTRAINT_RTOL``
+            (float64), 1e4 eps (float32).
+        adjoint: a diffrax adjoint for reverse-mode derivatives. ``None``: for a fixed step with known span,
+            ``diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps)``: every step's state is kept and
+            the backward pass recomputes each step once (memory = the trajectory's states, time ≈ forward +
+            one step and its VJP per step); otherwise diffrax's default binomial checkpointing with
+            O(sqrt(max_steps)) checkpoints (less memory, each step recomputed a few times).
         progress: show a tqdm progress bar (``diffrax.TqdmProgressMeter``).
-        throw: raise (``equinox`` runtime error carrying the :class:`RESULTS` message) instead of returning a
-            failure status.
+        throw: raise :class:`SimulationError` with the :class:`RESULTS` message instead of returning a
+            failure status (inside a user's ``jit`` it surfaces as equinox's runtime error). Only then
+            does the program hold a runtime check (a host callback, which JAX's persistent compilation
+            cache cannot store).
 
-    Input errors raise ``ValueError`` before anything is integrated: q0/qd0 not of shape (n,), NaN or inf in
-    q0/qd0 (checked when they are concrete arrays, i.e. not inside a user's ``jit``/``vmap``/``grad`` of them;
-    traced non-finite input gives status ``nonfinite_state``), constraint or model functions returning the
-    wrong shape (at trace time), t1 <= t0, ts outside [t0, t1] (when concrete).
+    Input errors raise ``ValueError`` naming the argument before anything is compiled (``ukjax._validation``):
+    shapes, complex or non-finite q0/qd0/params (the leaf is named), an empty batch, t0/t1/dt/tolerances that
+    are not finite or not positive, dt not smaller than the span, ts outside [t0, t1]; the system is evaluated
+    once at the initial state, so a missing parameter key, a model function with the wrong signature, or a
+    mass matrix that is not symmetric positive definite is reported by name. Value checks need concrete
+    arrays: inside a user's ``jit``/``vmap``/``grad`` the same problems give a status code instead.
 
-    The compiled program is cached by (system, solver, fixed/adaptive, max_steps, method, uk_solver, progress,
-    shapes): a second call that changes only numbers (q0, params, t1, dt, tolerances) does not
-    recompile.
+    The compiled program is cached by (system, solver, fixed/adaptive, max_steps, method, uk_solver, adjoint,
+    progress, throw, shapes): a second call that changes only numbers (q0, params, tolerances, and t1 or dt
+    when ``max_steps`` is given) does not recompile.
     """
-    config, numbers, q0, qd0 = _prepare(system, q0, qd0, batched=False, **_options(locals()))
-    return _simulate_one(system, config, numbers, q0, qd0, params)
+    config, numbers, q0, qd0 = _prepare(system, q0, qd0, params, batched=False, **_options(locals()))
+    return _run(_simulate_one, system, config, numbers, q0, qd0, params)
 
 
 def simulate_batch(
@@ -560,37 +668,34 @@ def simulate_batch(
     dt=None,
     rtol=1e-8,
     atol=1e-8,
-    max_steps: int = DEFAULT_MAX_STEPS,
+    max_steps: int | None = None,
     method: str = "cholesky",
     uk_solver: str = "uk",
     pinv_rtol=None,
-    consistency_rtol=DEFAULT_CONSISTENCY_RTOL,
+    consistency_rtol=None,
+    constraint_rtol=None,
+    adjoint=None,
     progress: bool = False,
     throw: bool = False,
 ) -> Solution:
     """Simulate a batch of scenarios in ONE compiled call (``jax.jit`` of ``jax.vmap`` of :func:`simulate`).
 
-    ``q0``, ``qd0`` have shape (batch, n); with ``batch_params=True`` every leaf of ``params`` also has the
-    batch axis first (one parameter set per scenario), otherwise all scenarios share ``params``. Every array
-    of the returned :class:`Solution` has the batch axis first; ``status`` is one code per scenario, so one
-    failing scenario never stops the others.
+    ``q0``, ``qd0`` have shape (batch, n), batch >= 1; with ``batch_params=True`` every leaf of ``params``
+    also has the batch axis first (one parameter set per scenario), otherwise all scenarios share
+    ``params``. Every array of the returned :class:`Solution` has the batch axis first; ``status`` is one code
+    per scenario, so one failing scenario never stops the others.
 
     Speed: adaptive stepping under ``vmap`` runs in **lockstep**: the batch advances together and every
     scenario takes as many steps as the slowest one (diffrax keeps finished scenarios idle, not free). For
     throughput use a fixed step (``dt=...``), where all scenarios cost the same; use adaptive stepping for
     accuracy. A progress bar (``progress=True``) follows the slowest scenario. Other arguments as in
-    :func:`simulate`.
+    :func:`simulate`; the model is checked at the first scenario's initial state.
     """
-    config, numbers, q0, qd0 = _prepare(system, q0, qd0, batched=True, **_options(locals()))
-    if batch_params:
-        for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-            shape = jnp.shape(leaf)
-            if not shape or shape[0] != q0.shape[0]:
-                raise ValueError(
-                    f"batch_params=True needs every params leaf to have the batch size {q0.shape[0]} as "
-                    f"its first axis; leaf {jax.tree_util.keystr(path)} has shape {shape}"
-                )
-    else:
+    options = _options(locals())
+    config, numbers, q0, qd0 = _prepare(
+        system, q0, qd0, params, batched=True, batch_params=batch_params, **options
+    )
+    if not batch_params:
         # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
         params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (q0.shape[0], *jnp.shape(x))), params)
-    return _simulate_many(system, config, numbers, q0, qd0, params)
+    return _run(_simulate_many, system, config, numbers, q0, qd0, params)

@@ -34,6 +34,22 @@ from ukjax.constraints import (
 SOLVERS = ("uk", "recursive")
 
 
+class Motion(eqx.Module):
+    """The constrained motion at one state: what one evaluation of the UK equation gives.
+
+    Attributes:
+        qdd: q̈ (n,).
+        constraint_force: ideal and non-ideal constraint forces (:class:`ukjax.dynamics.ConstraintForce`),
+            or None where the solver does not form them (``solver="recursive"``).
+        A, b: the stacked passive constraints A q̈ = b (Baumgarte terms in b); A is (0, n) without any.
+    """
+
+    qdd: jax.Array
+    constraint_force: dynamics.ConstraintForce | None
+    A: jax.Array
+    b: jax.Array
+
+
 class Layout(eqx.Module):
     """Where each subsystem's coordinates sit in the stacked coordinates of a composed system (seed 003 §2).
 
@@ -214,6 +230,10 @@ class System(eqx.Module):
         003 eq. 4.2: a non-ideal vector enters as a given force); ``method`` is unused there. Without
         constraints (A of shape (0, n)) both give q̈ = M⁻¹(Q + c) by a Cholesky solve.
         """
+        return self.motion(q, qd, t, p, method=method, solver=solver, rtol=rtol).qdd
+
+    def motion(self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None) -> Motion:
+        """q̈, the constraint forces and (A, b) at one state from one UK solve (see :meth:`acceleration`)."""
         if solver not in SOLVERS:
             raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
         if method not in dynamics.ACCELERATION_METHODS:
@@ -222,14 +242,20 @@ class System(eqx.Module):
         M = self.mass_matrix(q, t, p)
         Q = self.given_force(q, qd, t, p)
         c = self.nonideal_vector(q, qd, t, p)
-        F = Q if c is None else Q + c
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         if A.shape[0] == 0:
-            return jsl.cho_solve((jnp.linalg.cholesky(0.5 * (M + M.T)), True), F)
+            F = Q if c is None else Q + c
+            qdd = jsl.cho_solve((jnp.linalg.cholesky(0.5 * (M + M.T)), True), F)
+            zero = jnp.zeros_like(Q)
+            force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
+            return Motion(qdd=qdd, constraint_force=force, A=A, b=b)
         if solver == "uk":
-            return dynamics.uk_acceleration(M, Q, A, b, c, method=method, rtol=rtol)
-        return dynamics.recursive_uk_acceleration(M, F, blocks, rtol=rtol)
+            qdd, force = dynamics.uk_solve(M, Q, A, b, c, method=method, rtol=rtol)
+            return Motion(qdd=qdd, constraint_force=force, A=A, b=b)
+        F = Q if c is None else Q + c
+        qdd = dynamics.recursive_uk_acceleration(M, F, blocks, rtol=rtol)
+        return Motion(qdd=qdd, constraint_force=None, A=A, b=b)
 
     def residuals(self, q, qd, t, p):
         """Constraint residuals at a state: ``(position, velocity)``.
@@ -247,6 +273,27 @@ class System(eqx.Module):
                 velocity.append(phi_dot)
             elif isinstance(constraint, Nonholonomic):
                 velocity.extend(constraint.residuals(q, qd, t, p))
+        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
+        return join(position), join(velocity)
+
+    def residual_scales(self, q, qd, t, p):
+        """Per-row scales of :meth:`residuals`: ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``.
+
+        |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q from the constraint surface φ_i = 0 in
+        coordinate units, whatever units φ_i is written in; likewise for the velocity residuals (∂φ̇/∂q̇ =
+        ∂φ/∂q). Rows are in the order of :meth:`residuals`.
+        """
+        self.check_state(q, qd)
+        dtype = jnp.result_type(q)
+        position, velocity = [], []
+        for constraint in self.constraints:
+            if isinstance(constraint, Holonomic):
+                rows = jnp.linalg.norm(jax.jacfwd(constraint.value)(q, jnp.asarray(t, dtype), p), axis=1)
+                position.append(rows)
+                velocity.append(rows)
+            elif isinstance(constraint, Nonholonomic):
+                J = jax.jacfwd(constraint.value, argnums=1)(q, qd, jnp.asarray(t, dtype), p)
+                velocity.append(jnp.linalg.norm(J, axis=1))
         join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
         return join(position), join(velocity)
 

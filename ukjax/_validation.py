@@ -1,0 +1,211 @@
+"""Input checks of :func:`ukjax.simulate` and :func:`ukjax.simulate_batch`, run on the host before compiling.
+
+Every check raises ``ValueError`` (``TypeError`` for a wrong kind of object) naming the argument, the
+parameter leaf or the model function at fault, before any program is compiled. Checks that need values run
+only on concrete arrays: inside a user's ``jax.jit``/``vmap``/``grad`` the same problems show up as a status
+code of the :class:`~ukjax.simulation.Solution` instead (see ``RESULTS``).
+
+The model check evaluates the system once, eagerly, at the initial state of the first scenario: every user
+function is called with the documented signature, so a missing parameter key or a wrong signature is
+reported with the function's name and the expected form; the mass matrix must be finite, symmetric and
+positive definite there (every UK form ukjax integrates factors M); the initial constraint residuals must
+be finite (they need not be zero: a start off the constraint manifold is allowed, Baumgarte terms pull the
+motion back).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ukjax._checks import is_positive_definite, is_symmetric
+
+
+def is_concrete(x) -> bool:
+    """True for a value known on the host (not a tracer of an enclosing jit/vmap/grad)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def scalar(x, name, dtype, *, positive=False, finite=True):
+    """``x`` as a 0-d array of ``dtype``; refuses complex, non-scalar, non-finite and (optionally) x <= 0."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must be real, got the complex value {x!r}")
+    x = jnp.asarray(x, dtype=dtype)
+    if x.ndim != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {x.shape}")
+    if is_concrete(x):
+        value = float(x)
+        if finite and not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+        if positive and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    return x
+
+
+def state(n: int, q0, qd0, batched: bool):
+    """(q0, qd0) as real floating arrays of shape (n,) or (batch, n), batch >= 1, finite when concrete."""
+    for name, x in (("q0", q0), ("qd0", qd0)):
+        if np.iscomplexobj(x):
+            raise ValueError(f"{name} must be real; got a complex array (ukjax integrates real states)")
+    q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)
+    if not (jnp.issubdtype(q0.dtype, jnp.floating) and q0.dtype == qd0.dtype):
+        q0, qd0 = q0.astype(jnp.result_type(float)), qd0.astype(jnp.result_type(float))
+    expected = "(batch, n)" if batched else "(n,)"
+    ndim = 2 if batched else 1
+    if q0.ndim != ndim or qd0.ndim != ndim or q0.shape != qd0.shape or q0.shape[-1] != n:
+        raise ValueError(
+            f"q0 and qd0 must both have shape {expected} with n = {n}; got q0.shape={q0.shape}, "
+            f"qd0.shape={qd0.shape}"
+        )
+    if batched and q0.shape[0] == 0:
+        raise ValueError("the batch is empty: q0 and qd0 have 0 scenarios (shape (0, n))")
+    for name, x in (("q0", q0), ("qd0", qd0)):
+        if is_concrete(x):
+            values = np.asarray(x)
+            if not np.all(np.isfinite(values)):
+                where = np.argwhere(~np.isfinite(values))[0].tolist()
+                bad = values[tuple(where)]
+                raise ValueError(f"{name} has a NaN or infinite entry at index {where}: {bad}")
+    return q0, qd0
+
+
+def save_times(t0, t1, ts, num_saves: int):
+    """The save times: ``ts`` checked against [t0, t1], or ``num_saves`` evenly spaced."""
+    concrete = is_concrete(t0) and is_concrete(t1)
+    if concrete and not float(t1) > float(t0):
+        raise ValueError(f"t1 must be larger than t0, got t0={float(t0)}, t1={float(t1)}")
+    if ts is None:
+        return jnp.linspace(t0, t1, num_saves)
+    if np.iscomplexobj(ts):
+        raise ValueError("ts must be real save times, got a complex array")
+    ts = jnp.asarray(ts, dtype=t0.dtype)
+    if ts.ndim != 1 or ts.shape[0] < 1:
+        raise ValueError(f"ts must be a non-empty vector of save times, got shape {ts.shape}")
+    if concrete and is_concrete(ts):
+        values = np.asarray(ts)
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"ts must be finite, got {values}")
+        if values.min() < float(t0) or values.max() > float(t1):
+            raise ValueError(
+                f"ts must lie in [t0, t1] = [{float(t0)}, {float(t1)}], got [{values.min()}, {values.max()}]"
+            )
+        if np.any(np.diff(values) < 0):
+            raise ValueError("ts must be non-decreasing")
+    return ts
+
+
+def fixed_step(t0, t1, dt):
+    """Check a fixed step against the span: 0 < dt < t1 - t0 (a single step over the span is refused)."""
+    if is_concrete(dt) and is_concrete(t0) and is_concrete(t1):
+        span = float(t1) - float(t0)
+        if not float(dt) < span:
+            raise ValueError(
+                f"dt = {float(dt)} is not smaller than the span t1 - t0 = {span}: a fixed step must divide "
+                "the span into at least two steps"
+            )
+
+
+def fixed_step_count(t0, t1, dt) -> int:
+    """Steps diffrax's ``ConstantStepSize`` takes from t0 to t1: ceil((t1 - t0)/dt), the last one clipped."""
+    return max(1, math.ceil((float(t1) - float(t0)) / float(dt) * (1 - 1e-12)))
+
+
+def parameters(params, batched: bool, batch: int | None) -> list[str]:
+    """Every floating leaf of ``params`` real and finite (when concrete), named by its path on failure.
+
+    Per-scenario parameters (``batched``) are not refused for a non-finite value: one poisoned scenario must
+    not stop a batch. The function returns one line per such leaf naming it and the scenarios it poisons
+    (they end with status ``nonfinite_state``); the caller warns with them.
+    """
+    poisoned = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = f"params{jax.tree_util.keystr(path)}"
+        if np.iscomplexobj(leaf):
+            raise ValueError(f"parameter {name} is complex; ukjax's models take real parameters")
+        if batched:
+            shape = jnp.shape(leaf)
+            if not shape or shape[0] != batch:
+                raise ValueError(
+                    f"batch_params=True needs every params leaf to have the batch size {batch} as its first "
+                    f"axis; leaf {name} has shape {shape}"
+                )
+        if not is_concrete(leaf):
+            continue
+        values = np.asarray(leaf)
+        if not np.issubdtype(values.dtype, np.inexact) or np.all(np.isfinite(values)):
+            continue
+        if batched:
+            bad = ~np.isfinite(values).reshape(values.shape[0], -1).all(axis=1)
+            poisoned.append(f"{name} is NaN or infinite in scenarios {np.flatnonzero(bad).tolist()}")
+            continue
+        where = np.argwhere(~np.isfinite(values))[0].tolist() if values.ndim else []
+        detail = f" at index {where}" if where else ""
+        raise ValueError(f"parameter {name} has a NaN or infinite value{detail}: {values}")
+    return poisoned
+
+
+def first_finite_scenario(q0, qd0, params) -> int | None:
+    """Index of the first scenario whose state and parameters are all finite (None if there is none)."""
+    ok = np.isfinite(np.asarray(q0)).all(axis=1) & np.isfinite(np.asarray(qd0)).all(axis=1)
+    for leaf in jax.tree_util.tree_leaves(params):  # None: shared parameters, checked already
+        values = np.asarray(leaf)
+        if np.issubdtype(values.dtype, np.inexact):
+            ok &= np.isfinite(values).reshape(values.shape[0], -1).all(axis=1)
+    hits = np.flatnonzero(ok)
+    return int(hits[0]) if hits.size else None
+
+
+def _call(what: str, signature: str, fn, *args):
+    try:
+        return fn(*args)
+    except KeyError as error:
+        raise ValueError(
+            f"{what}: the parameter pytree has no entry {error}; {what} reads it from p (signature "
+            f"{signature})"
+        ) from error
+    except TypeError as error:
+        raise ValueError(f"{what} could not be called as {signature}: {error}") from error
+    except ValueError as error:
+        raise ValueError(f"{what} failed at the initial state: {error}") from error
+
+
+def model_at_start(system, q0, qd0, t0, params) -> None:
+    """Evaluate every function of ``system`` once at the initial state, eagerly, and check the results."""
+    M = _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
+    _call("force", "force(q, qd, t, p)", system.given_force, q0, qd0, t0, params)
+    _call("nonideal", "nonideal(q, qd, t, p)", system.nonideal_vector, q0, qd0, t0, params)
+    if system.actuation is not None:
+        _call("actuation", "actuation(q, t, p)", system.actuation, q0, t0, params)
+    for group, constraints in (("constraint", system.constraints), ("servo constraint",
+                                                                      system.servo_constraints)):
+        for constraint in constraints:
+            label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
+            signature = {
+                "Holonomic": "phi(q, t, p)",
+                "Nonholonomic": "psi(q, qd, t, p)",
+                "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
+            }[type(constraint).__name__]
+            A, b = _call(label, signature, constraint.second_order, q0, qd0, t0, params)
+            residuals = _call(label, signature, constraint.residuals, q0, qd0, t0, params)
+            for name, value in (("A", A), ("b", b), *((f"residual {i}", r) for i, r in enumerate(residuals))):
+                if not np.all(np.isfinite(np.asarray(value))):
+                    raise ValueError(
+                        f"{label}: {name} is NaN or infinite at the initial state (q0 = {np.asarray(q0)}); "
+                        "check the constraint function and its parameters"
+                    )
+    M = np.asarray(M)
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"the mass matrix is NaN or infinite at the initial state q0 = {np.asarray(q0)}")
+    if not bool(is_symmetric(jnp.asarray(M))):
+        raise ValueError(
+            f"the mass matrix is not symmetric at the initial state (max |M - Mᵀ| = "
+            f"{np.max(np.abs(M - M.T)):.3g}); the Udwadia-Kalaba equation needs a symmetric M"
+        )
+    if not bool(is_positive_definite(jnp.asarray(M))):
+        raise ValueError(
+            f"the mass matrix is not positive definite at the initial state (smallest eigenvalue "
+            f"{np.linalg.eigvalsh((M + M.T) / 2)[0]:.3g}); check masses and inertias in params"
+        )
