@@ -106,7 +106,12 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
     for figure in metrics["figures"]:
         assert (out / figure).stat().st_size > 1000
     assert len(metrics["figures"]) == 3
-    assert metrics["scenarios"] == 8 and metrics["succeeded"] == 8 and metrics["failures_by_status"] == {}
+    # The paper's gains are underdamped (decay e^(-t/4)): over 0.2 s the constraints do not settle to
+    # constraint_rtol, so every scenario runs to t1 with status constraint_violated, reported as such.
+    assert metrics["scenarios"] == 8 and metrics["completed"] == 8
+    assert metrics["succeeded"] + metrics["failures_by_status"].get("constraint_violated", 0) == 8
+    assert metrics["baumgarte"] == {"form": "linear (Xu & Liu 2017, eq. 52)", "alpha": 0.5, "beta": 200.0}
+    assert "underdamped" in printed
     assert metrics["steps"] == 20 and metrics["dt"] == pytest.approx(0.01)
     assert "environment" in metrics and metrics["throughput"]["scenarios_per_s"] > 0
     for key in ("path_error_m", "phi_norm"):

@@ -7,6 +7,7 @@ Importing ukjax changes no global JAX setting: call :func:`ukjax.enable_float64`
 
 from ukjax._checks import InputStatus as InputStatus
 from ukjax._checks import input_status as input_status
+from ukjax._config import enable_compilation_cache as enable_compilation_cache
 from ukjax._config import enable_float64 as enable_float64
 from ukjax._config import float64_enabled as float64_enabled
 from ukjax.constraints import AccelerationLevel as AccelerationLevel

@@ -8,10 +8,19 @@ program that imports it:
   creating arrays;
 * the ``ukjax`` command does it for you (``ukjax --float32 ...`` keeps float32 for throughput runs).
 
+Compilation cache: a simulation is one XLA program, and compiling it costs seconds on a CPU. JAX can keep
+compiled programs on disk and reuse them in a later process (its persistent compilation cache);
+:func:`enable_compilation_cache` turns that on for a per-user folder, and the ``ukjax`` command does so by
+default (``ukjax --no-cache`` does not). Programs that hold host callbacks are never cached by JAX, which is
+why ukjax compiles none unless asked (``simulate(..., throw=True)``, ``progress=True``).
+
 Every entry point integrates in the dtype of the state it is given and says so (``Solution.q.dtype``; the
 command line prints it). :func:`simulate <ukjax.simulation.simulate>` warns once when float64 was not
 enabled, since a float64 NumPy array then becomes float32 silently.
 """
+
+import os
+from pathlib import Path
 
 import jax
 
@@ -24,3 +33,33 @@ def enable_float64() -> None:
 def float64_enabled() -> bool:
     """Whether JAX computes in float64 by default in this process."""
     return bool(jax.config.jax_enable_x64)
+
+
+CACHE_ENV = "UKJAX_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    """``$UKJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/ukjax/xla``, else ``~/.cache/ukjax/xla``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "ukjax" / "xla"
+
+
+def enable_compilation_cache(path=None) -> Path:
+    """Turn on JAX's persistent compilation cache at ``path`` (default :func:`default_cache_dir`).
+
+    Every program that took longer than 0.5 s to compile is written there and read back by any later process
+    with the same program, JAX version and machine kind. In a script::
+
+        import ukjax
+        ukjax.enable_compilation_cache()
+
+    Returns the folder. Call it before the first compilation of the process.
+    """
+    folder = Path(path).expanduser() if path is not None else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

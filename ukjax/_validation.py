@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ukjax._checks import is_positive_definite, is_symmetric
+SYMMETRY_RTOL = 1e-10
+"""M at the initial state counts as symmetric when max|M - Mᵀ| <= SYMMETRY_RTOL max|M| (as ukjax._checks)."""
 
 
 def is_concrete(x) -> bool:
@@ -159,6 +160,7 @@ def first_finite_scenario(q0, qd0, params) -> int | None:
 
 
 def _call(what: str, signature: str, fn, *args):
+    """``fn(*args)``, with a failure of the user's function re-raised naming it and its signature."""
     try:
         return fn(*args)
     except KeyError as error:
@@ -173,39 +175,51 @@ def _call(what: str, signature: str, fn, *args):
 
 
 def model_at_start(system, q0, qd0, t0, params) -> None:
-    """Evaluate every function of ``system`` once at the initial state, eagerly, and check the results."""
-    M = _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
-    _call("force", "force(q, qd, t, p)", system.given_force, q0, qd0, t0, params)
-    _call("nonideal", "nonideal(q, qd, t, p)", system.nonideal_vector, q0, qd0, t0, params)
+    """Check every function of ``system`` at the initial state before anything is compiled.
+
+    Every function (mass, force, non-ideal vector, actuation, every constraint's second-order form and
+    residuals) is traced once abstractly (``jax.eval_shape``: no arithmetic, so it costs milliseconds), which
+    reports a missing parameter key, a wrong signature or a wrong output shape with the function's name. The
+    values that decide whether integration can start are computed eagerly: the mass matrix (finite, symmetric,
+    positive definite) and the position-level residuals φ (finite).
+    """
+    _call("mass", "mass(q, t, p)", jax.eval_shape, system.mass_matrix, q0, t0, params)
+    _call("force", "force(q, qd, t, p)", jax.eval_shape, system.given_force, q0, qd0, t0, params)
+    if system.nonideal is not None:
+        signature = "nonideal(q, qd, t, p)"
+        _call("nonideal", signature, jax.eval_shape, system.nonideal_vector, q0, qd0, t0, params)
     if system.actuation is not None:
-        _call("actuation", "actuation(q, t, p)", system.actuation, q0, t0, params)
+        _call("actuation", "actuation(q, t, p)", jax.eval_shape, system.actuation, q0, t0, params)
+    signatures = {
+        "Holonomic": "phi(q, t, p)",
+        "Nonholonomic": "psi(q, qd, t, p)",
+        "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
+    }
     for group, constraints in (("constraint", system.constraints), ("servo constraint",
                                                                       system.servo_constraints)):
         for constraint in constraints:
             label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
-            signature = {
-                "Holonomic": "phi(q, t, p)",
-                "Nonholonomic": "psi(q, qd, t, p)",
-                "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
-            }[type(constraint).__name__]
-            A, b = _call(label, signature, constraint.second_order, q0, qd0, t0, params)
-            residuals = _call(label, signature, constraint.residuals, q0, qd0, t0, params)
-            for name, value in (("A", A), ("b", b), *((f"residual {i}", r) for i, r in enumerate(residuals))):
-                if not np.all(np.isfinite(np.asarray(value))):
+            signature = signatures[type(constraint).__name__]
+            _call(label, signature, jax.eval_shape, constraint.second_order, q0, qd0, t0, params)
+            _call(label, signature, jax.eval_shape, constraint.residuals, q0, qd0, t0, params)
+            if hasattr(constraint, "phi"):
+                phi = np.asarray(constraint.value(q0, t0, params))
+                if not np.all(np.isfinite(phi)):
                     raise ValueError(
-                        f"{label}: {name} is NaN or infinite at the initial state (q0 = {np.asarray(q0)}); "
-                        "check the constraint function and its parameters"
+                        f"{label}: φ is NaN or infinite at the initial state (q0 = {np.asarray(q0)}, "
+                        f"φ = {phi})"
                     )
-    M = np.asarray(M)
+    M = np.asarray(system.mass_matrix(q0, t0, params))
     if not np.all(np.isfinite(M)):
         raise ValueError(f"the mass matrix is NaN or infinite at the initial state q0 = {np.asarray(q0)}")
-    if not bool(is_symmetric(jnp.asarray(M))):
+    if not np.max(np.abs(M - M.T), initial=0.0) <= SYMMETRY_RTOL * np.max(np.abs(M), initial=0.0):
         raise ValueError(
             f"the mass matrix is not symmetric at the initial state (max |M - Mᵀ| = "
             f"{np.max(np.abs(M - M.T)):.3g}); the Udwadia-Kalaba equation needs a symmetric M"
         )
-    if not bool(is_positive_definite(jnp.asarray(M))):
+    smallest = np.linalg.eigvalsh((M + M.T) / 2)[0]
+    if not smallest > M.shape[0] * np.finfo(M.dtype).eps * np.max(np.abs(np.diagonal(M)), initial=0.0):
         raise ValueError(
             f"the mass matrix is not positive definite at the initial state (smallest eigenvalue "
-            f"{np.linalg.eigvalsh((M + M.T) / 2)[0]:.3g}); check masses and inertias in params"
+            f"{smallest:.3g}); check masses and inertias in params"
         )

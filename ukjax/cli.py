@@ -45,6 +45,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="compute in JAX's float32 default instead of float64 (throughput runs; the error is measured, "
         "not assumed)",
     )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not use the persistent compilation cache (default folder: $UKJAX_CACHE_DIR, else "
+        "~/.cache/ukjax/xla); with it, a second run of the same command skips most of the compile time",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
         "list", help="name the registered studies", description="Name the registered studies."
@@ -105,6 +111,10 @@ def _dispatch(parser, run_parser, argv) -> int:
         from ukjax._config import enable_float64
 
         enable_float64()
+    if not args.no_cache:
+        from ukjax._config import enable_compilation_cache
+
+        enable_compilation_cache()
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
