@@ -1,4 +1,4 @@
-"""One measurement of ``compile_and_gradient.py`` in a fresh process: ``MODE N STEPS``; prints ``RESULT {json}``.
+"""One measurement of ``compile_and_gradient.py`` in a fresh process: ``MODE N STEPS`` -> ``RESULT {json}``.
 
 Runs on whichever ukjax source tree is first on PYTHONPATH (the current one or a baseline), so it uses only
 API that both have: ``ukjax.simulate_batch``, ``ukjax.models.scara``, ``ukjax.demo.sample_scenarios``.

@@ -88,7 +88,8 @@ def main() -> None:
             results[name]["first_call_cold"].append(cold)
             results[name]["first_call_cached"].append(cached)
             print(
-                f"round {r}: {name}: first call cold {cold['wall_s']:.1f} s wall / {cold['cpu_s']:.1f} s CPU, "
+                f"round {r}: {name}: first call cold {cold['wall_s']:.1f} s wall / "
+                f"{cold['cpu_s']:.1f} s CPU, "
                 f"cached {cached['wall_s']:.1f} s / {cached['cpu_s']:.1f} s (load {load()[0]:.1f})",
                 flush=True,
             )
@@ -100,7 +101,8 @@ def main() -> None:
         g = results[name]["gradient"]
         print(
             f"{name}: forward {g['forward_s']:.2f} s, gradient {g['gradient_s']:.2f} s "
-            f"(ratio {g['gradient_s'] / g['forward_s']:.1f}), temp memory forward {g['forward_temp_bytes'] / 1e6:.1f} MB, "
+            f"(ratio {g['gradient_s'] / g['forward_s']:.1f}), temp memory forward "
+            f"{g['forward_temp_bytes'] / 1e6:.1f} MB, "
             f"gradient {g['gradient_temp_bytes'] / 1e6:.1f} MB, states {g['states_bytes'] / 1e6:.1f} MB",
             flush=True,
         )

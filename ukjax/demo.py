@@ -190,7 +190,8 @@ def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> l
         ax.set_xlabel("t [s]")
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Constraint violation over time, Baumgarte α = {args.alpha:g}, β = {args.beta:g} ({setting})")
+    gains = f"Baumgarte α = {args.alpha:g}, β = {args.beta:g}"
+    fig.suptitle(f"Constraint violation over time, {gains} ({setting})")
     fig.tight_layout()
     files.append(_save(fig, out / "violation_over_time.png"))
     return files
@@ -334,9 +335,10 @@ def _print_summary(m: dict, out: Path) -> None:
         print(f"  {count} x {name}: {ukjax.RESULTS.message(ukjax.RESULTS[name])}")
     gains = m["baumgarte"]
     if m["failures_by_status"].get("constraint_violated") and gains["alpha"] ** 2 < 4 * gains["beta"]:
-        print(f"  (α = {gains['alpha']:g}, β = {gains['beta']:g} is underdamped: the error oscillates with period "
-              f"{2 * math.pi / math.sqrt(gains['beta'] - gains['alpha'] ** 2 / 4):.2f} s and decays as "
-              f"e^(-{gains['alpha'] / 2:g} t); critically damped gains are --alpha {2 * math.sqrt(gains['beta']):.3g})")
+        alpha, beta = gains["alpha"], gains["beta"]
+        period = 2 * math.pi / math.sqrt(beta - alpha**2 / 4)
+        print(f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period {period:.2f} s "
+              f"and decays as e^(-{alpha / 2:g} t); critically damped gains are --alpha {2 * math.sqrt(beta):.3g})")
     print(
         f"throughput: {th['scenarios_per_s']:.1f} scenarios/s, {th['scenario_steps_per_s']:.3g} "
         f"scenario-steps/s (compile {t['compile']:.1f} s, integrate {t['integrate']:.2f} s, "
