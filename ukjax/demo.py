@@ -337,8 +337,9 @@ def _print_summary(m: dict, out: Path) -> None:
     if m["failures_by_status"].get("constraint_violated") and gains["alpha"] ** 2 < 4 * gains["beta"]:
         alpha, beta = gains["alpha"], gains["beta"]
         period = 2 * math.pi / math.sqrt(beta - alpha**2 / 4)
-        print(f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period {period:.2f} s "
-              f"and decays as e^(-{alpha / 2:g} t); critically damped gains are --alpha {2 * math.sqrt(beta):.3g})")
+        print(f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period "
+              f"{period:.2f} s and decays as e^(-{alpha / 2:g} t); critically damped gains are "
+              f"--alpha {2 * math.sqrt(beta):.3g})")
     print(
         f"throughput: {th['scenarios_per_s']:.1f} scenarios/s, {th['scenario_steps_per_s']:.3g} "
         f"scenario-steps/s (compile {t['compile']:.1f} s, integrate {t['integrate']:.2f} s, "
