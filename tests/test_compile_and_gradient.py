@@ -1,0 +1,142 @@
+"""Compile once, cache across processes, exact fixed-step budgets, and derivatives of the UK solve that reuse
+the forward factorization (checked against autodiff through the factorizations and finite differences)."""
+
+import math
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import assert_tree_allclose, random_matrix, random_spd
+
+from ukjax import dynamics, simulation
+from ukjax.constraints import Holonomic
+from ukjax.system import System
+
+CACHE_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp
+import ukjax
+from ukjax.constraints import Baumgarte, Holonomic
+hits = []
+jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event))
+ukjax.enable_float64()
+ukjax.enable_compilation_cache(sys.argv[1])
+rod = Holonomic(lambda q, t, p: jnp.stack([q @ q - 1.0]), Baumgarte(gains=lambda p: (p["a"], p["b"])))
+system = ukjax.System(mass=lambda q, t, p: jnp.eye(2), force=lambda q, qd, t, p: jnp.array([0.0, -9.81]),
+                      n=2, constraints=(rod,))
+p = {"a": jnp.asarray(2.0), "b": jnp.asarray(2.0)}
+sol = ukjax.simulate_batch(system, jnp.tile(jnp.array([1.0, 0.0]), (4, 1)), jnp.zeros((4, 2)), p, t1=0.5,
+                           dt=0.01)
+assert bool(sol.ok.all())
+print("hits", hits.count("/jax/compilation_cache/cache_hits"))
+"""
+
+
+def test_a_second_process_reads_the_compiled_simulation_from_the_cache(tmp_path):
+    runs = [
+        subprocess.run([sys.executable, "-c", CACHE_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                       check=True, timeout=600).stdout
+        for _ in range(2)
+    ]
+    first, second = (int(out.split("hits")[-1]) for out in runs)
+    assert first == 0 and second >= 1, runs
+    assert any(path.name.startswith("jit__simulate_many") for path in tmp_path.iterdir())
+
+
+LINE = System(mass=lambda q, t, p: jnp.eye(1), force=lambda q, qd, t, p: -q, n=1,
+              constraints=(Holonomic(lambda q, t, p: q - jnp.sin(t), name="driven"),))
+
+
+def _prepare(**options):
+    defaults = dict(t0=0.0, t1=1.0, ts=None, solver=None, dt=None, rtol=1e-8, atol=1e-8, max_steps=None,
+                    method="cholesky", uk_solver="uk", pinv_rtol=None, consistency_rtol=None,
+                    constraint_rtol=None, adjoint=None, progress=False, throw=False)
+    q0, qd0 = jnp.zeros(1), jnp.ones(1)
+    return simulation._prepare(LINE, q0, qd0, {}, batched=False, **(defaults | options))[0]
+
+
+@pytest.mark.parametrize("t1, dt", [(1.0, 0.01), (1.0, 0.003), (2.5, 0.1), (1.0, 1 / 3)])
+def test_fixed_step_budget_is_the_number_of_steps_the_span_needs(t1, dt):
+    config = _prepare(t1=t1, dt=dt)
+    steps = math.ceil(t1 / dt - 1e-9)
+    assert config.max_steps == steps + 1
+    # one checkpoint per step: reverse mode stores the trajectory's states and recomputes each step once
+    assert config.adjoint.checkpoints == config.max_steps
+    sol = simulation.simulate(LINE, jnp.zeros(1), jnp.ones(1), {}, t1=t1, dt=dt)
+    assert int(sol.num_steps) == steps and bool(sol.ok)
+
+
+def test_adaptive_and_explicit_budgets_are_kept():
+    assert _prepare().max_steps == simulation.DEFAULT_MAX_STEPS
+    assert _prepare().adjoint.checkpoints is None  # diffrax's binomial default
+    assert _prepare(dt=0.01, max_steps=500).max_steps == 500
+
+
+def _problem(key, n, m, rank, consistent, nonideal):
+    k = jax.random.split(key, 6)
+    M = random_spd(k[0], n, cond=20.0)
+    A = random_matrix(k[1], m, n, rank)
+    b = A @ jax.random.normal(k[2], (n,)) if consistent else jax.random.normal(k[2], (m,))
+    c = jax.random.normal(k[3], (n,)) if nonideal else None
+    return M, jax.random.normal(k[4], (n,)), A, b, c
+
+
+def _tangents(key, M, Q, A, b, c, rank):
+    k = jax.random.split(key, 5)
+    dM = jax.random.normal(k[0], M.shape)
+    dA = jax.random.normal(k[2], A.shape)
+    if rank < min(A.shape):
+        # along a constant-rank curve: the derivative of a generalized inverse exists only there
+        u, _, vt = jnp.linalg.svd(A)
+        dA = u[:, :rank] @ jax.random.normal(k[2], (rank, rank)) @ vt[:rank]
+    dc = None if c is None else jax.random.normal(k[4], c.shape)
+    return dM + dM.T, jax.random.normal(k[1], Q.shape), dA, jax.random.normal(k[3], b.shape), dc
+
+
+CASES = [  # (n, m, rank, consistent b, non-ideal c): full rank, rank-deficient, redundant rows, inconsistent
+    (4, 4, 4, True, True), (6, 4, 2, True, True), (5, 7, 4, False, True),
+    pytest.param(4, 4, 4, True, False, marks=pytest.mark.slow),
+    pytest.param(5, 3, 3, False, True, marks=pytest.mark.slow),
+    pytest.param(6, 4, 2, False, False, marks=pytest.mark.slow),
+    pytest.param(5, 7, 4, True, False, marks=pytest.mark.slow),
+    pytest.param(3, 1, 1, True, True, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("n, m, rank, consistent, nonideal", CASES)
+def test_custom_derivative_of_the_eq35_solve_matches_autodiff_and_finite_differences(
+    n, m, rank, consistent, nonideal
+):
+    key = jax.random.PRNGKey(n * 100 + m * 10 + rank + 1000 * consistent + 2000 * nonideal)
+    M, Q, A, b, c = _problem(key, n, m, rank, consistent, nonideal)
+    tangents = _tangents(jax.random.fold_in(key, 1), M, Q, A, b, c, rank)
+    rtol = jnp.asarray(dynamics.gram_rtol(m, n))
+
+    def custom(M, Q, A, b, c):
+        return dynamics._eq35_terms(M, Q, A, b, c, rtol)
+
+    def autodiff(M, Q, A, b, c):  # the previous implementation: autodiff through Cholesky and G⁺'s loop
+        return dynamics._eq35_forward(M, Q, A, b, c, rtol)[0]
+
+    primal, derivative = jax.jit(lambda x, v: jax.jvp(custom, x, v))((M, Q, A, b, c), tangents)
+    primal_ref, derivative_ref = jax.jit(lambda x, v: jax.jvp(autodiff, x, v))((M, Q, A, b, c), tangents)
+    assert_tree_allclose(primal, primal_ref, rtol=1e-12, atol=1e-12)
+    # both are exact derivatives; they differ by round-off amplified by cond(G) (≤ ~1e4 here)
+    assert_tree_allclose(derivative, derivative_ref, rtol=1e-10, atol=1e-10)
+    h = 1e-6  # central differences: truncation O(h²) ~1e-12, round-off O(eps/h) ~1e-10
+    shift = lambda s: [None if x is None else x + s * dx for x, dx in zip((M, Q, A, b, c), tangents,
+                                                                           strict=True)]
+    value = jax.jit(autodiff)
+    fd = jax.tree_util.tree_map(lambda p, m_: (p - m_) / (2 * h), value(*shift(h)), value(*shift(-h)))
+    assert_tree_allclose(derivative, fd, rtol=1e-6, atol=1e-7)
+    # reverse mode is the transpose of the same linear map: <w, J v> = <Jᵀ w, v>
+    weights = jax.tree_util.tree_map(lambda x: jnp.cos(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape),
+                                     primal)
+    cotangents = jax.jit(lambda x, w: jax.vjp(custom, *x)[1](w))((M, Q, A, b, c), weights)
+    lhs = sum(jnp.vdot(w, d) for w, d in zip(jax.tree_util.tree_leaves(weights),
+                                             jax.tree_util.tree_leaves(derivative), strict=True))
+    rhs = sum(jnp.vdot(ct, t) for ct, t in zip(jax.tree_util.tree_leaves(cotangents),
+                                               jax.tree_util.tree_leaves(tangents), strict=True))
+    assert float(abs(lhs - rhs)) <= 1e-9 * (1 + float(abs(lhs)))
