@@ -51,6 +51,7 @@ import numpy as np
 from ukjax import _validation as validate
 from ukjax import dynamics
 from ukjax._config import float64_enabled
+from ukjax.constraints import stack_blocks
 from ukjax.system import System
 
 DEFAULT_NUM_SAVES = 201
@@ -279,7 +280,7 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     qdd, motion, loop = _motion(system, config, numbers, q, qd, t, p)
     rtol = _pinv_rtol(config, numbers)
     if motion is not None and motion.constraint_force is not None:
-        force, A, b = motion.constraint_force, motion.A, motion.b
+        force, A, b, rows = motion.constraint_force, motion.A, motion.b, motion.rows
     else:
         # Forces of the controlled or recursive motion from the one-shot UK equation (seed 000 eq. 11-12),
         # with the actuator force as a given force.
@@ -287,7 +288,9 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
         Q = system.given_force(q, qd, t, p)
         if loop is not None:
             Q = Q + system.actuation(q, t, p) @ loop.u
-        A, b = system.constraint_equations(q, qd, t, p)
+        blocks = system.constraint_blocks(q, qd, t, p)
+        A, b = stack_blocks(blocks, system.n, q.dtype)
+        rows = tuple(A_k.shape[0] for A_k, _ in blocks)
         c = system.nonideal_vector(q, qd, t, p)
         if A.shape[0] == 0:
             zero = jnp.zeros_like(Q)
@@ -300,7 +303,7 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
         consistency = _norm(A @ qdd - b)
     consistent = consistency <= numbers.consistency_rtol * (1.0 + _norm(b))
     position, velocity = system.residuals(q, qd, t, p)
-    position_scale, velocity_scale = system.residual_scales(q, qd, t, p)
+    position_scale, velocity_scale = system.residual_scales(A, rows)
     finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
     out = dict(
         qdd=qdd,

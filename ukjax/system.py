@@ -42,12 +42,14 @@ class Motion(eqx.Module):
         constraint_force: ideal and non-ideal constraint forces (:class:`ukjax.dynamics.ConstraintForce`),
             or None where the solver does not form them (``solver="recursive"``).
         A, b: the stacked passive constraints A q̈ = b (Baumgarte terms in b); A is (0, n) without any.
+        rows: rows of A contributed by each passive constraint, in order.
     """
 
     qdd: jax.Array
     constraint_force: dynamics.ConstraintForce | None
     A: jax.Array
     b: jax.Array
+    rows: tuple[int, ...] = eqx.field(static=True)
 
 
 class Layout(eqx.Module):
@@ -244,18 +246,19 @@ class System(eqx.Module):
         c = self.nonideal_vector(q, qd, t, p)
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
+        rows = tuple(A_k.shape[0] for A_k, _ in blocks)
         if A.shape[0] == 0:
             F = Q if c is None else Q + c
             qdd = jsl.cho_solve((jnp.linalg.cholesky(0.5 * (M + M.T)), True), F)
             zero = jnp.zeros_like(Q)
             force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
-            return Motion(qdd=qdd, constraint_force=force, A=A, b=b)
+            return Motion(qdd=qdd, constraint_force=force, A=A, b=b, rows=rows)
         if solver == "uk":
             qdd, force = dynamics.uk_solve(M, Q, A, b, c, method=method, rtol=rtol)
-            return Motion(qdd=qdd, constraint_force=force, A=A, b=b)
+            return Motion(qdd=qdd, constraint_force=force, A=A, b=b, rows=rows)
         F = Q if c is None else Q + c
         qdd = dynamics.recursive_uk_acceleration(M, F, blocks, rtol=rtol)
-        return Motion(qdd=qdd, constraint_force=None, A=A, b=b)
+        return Motion(qdd=qdd, constraint_force=None, A=A, b=b, rows=rows)
 
     def residuals(self, q, qd, t, p):
         """Constraint residuals at a state: ``(position, velocity)``.
@@ -276,25 +279,26 @@ class System(eqx.Module):
         join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
         return join(position), join(velocity)
 
-    def residual_scales(self, q, qd, t, p):
-        """Per-row scales of :meth:`residuals`: ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``.
+    def residual_scales(self, A, rows):
+        """Per-row scales of :meth:`residuals` from the stacked constraint matrix A of the same state.
 
+        Returns ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``: the rows of A are exactly these gradients
+        (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic one), so nothing is differentiated again.
         |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q from the constraint surface φ_i = 0 in
         coordinate units, whatever units φ_i is written in; likewise for the velocity residuals (∂φ̇/∂q̇ =
         ∂φ/∂q). Rows are in the order of :meth:`residuals`.
         """
-        self.check_state(q, qd)
-        dtype = jnp.result_type(q)
-        position, velocity = [], []
-        for constraint in self.constraints:
+        norms = jnp.linalg.norm(A, axis=1)
+        position, velocity, row = [], [], 0
+        for constraint, count in zip(self.constraints, rows, strict=True):
+            block = norms[row : row + count]
             if isinstance(constraint, Holonomic):
-                rows = jnp.linalg.norm(jax.jacfwd(constraint.value)(q, jnp.asarray(t, dtype), p), axis=1)
-                position.append(rows)
-                velocity.append(rows)
+                position.append(block)
+                velocity.append(block)
             elif isinstance(constraint, Nonholonomic):
-                J = jax.jacfwd(constraint.value, argnums=1)(q, qd, jnp.asarray(t, dtype), p)
-                velocity.append(jnp.linalg.norm(J, axis=1))
-        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
+                velocity.append(block)
+            row += count
+        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), A.dtype)
         return join(position), join(velocity)
 
     def energy(self, q, qd, t, p):
