@@ -65,3 +65,16 @@ def assert_plain_jit_vmap_agree(fn, states, params, *, rtol, atol):
     mapped = jax.jit(jax.vmap(fn, in_axes=(0, 0, None)))(qs, qds, params)
     assert_tree_allclose(jitted[0], plain, rtol=rtol, atol=atol)
     assert_tree_allclose(mapped, jitted, rtol=rtol, atol=atol)
+
+
+class CompileCounter:
+    """Counts XLA compilations of programs whose name contains ``name`` (JAX's monitoring events), so a test
+    can check that a second call reuses the compiled program. Register once per test module."""
+
+    def __init__(self, name: str):
+        self.name, self.count = name, 0
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration" and self.name in str(kwargs.get("fun_name")):
+            self.count += 1
