@@ -124,3 +124,8 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
     # at t = 0 (seed 001's initial state is itself 5.7 mm off); Baumgarte feedback (φ̈ + 0.5 φ̇ + 200 φ = 0,
     # period 0.44 s) does not let that grow: every path error stays within 10 cm, far below the 0.45 m reach.
     assert 1e-4 < metrics["path_error_m"]["peak"]["max"] < 0.1
+
+
+def test_demo_refuses_a_step_longer_than_the_span(capsys, tmp_path):
+    assert main(["demo", "--scenarios", "2", "--duration", "1", "--dt", "10", "--out", str(tmp_path)]) == 2
+    assert "dt = 1.0 is not smaller than the span" in capsys.readouterr().err
