@@ -30,20 +30,27 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def host_float(x) -> float | None:
+    """The value of a scalar known on the host (a Python number, NumPy or concrete JAX array), else None.
+
+    Read before the value enters JAX: inside a user's ``jit``, even ``jnp.asarray(1.0)`` is a tracer.
+    """
+    return float(np.asarray(x).real) if is_concrete(x) and np.ndim(x) == 0 else None
+
+
 def scalar(x, name, dtype, *, positive=False, finite=True):
     """``x`` as a 0-d array of ``dtype``; refuses complex, non-scalar, non-finite and (optionally) x <= 0."""
     if np.iscomplexobj(x):
         raise ValueError(f"{name} must be real, got the complex value {x!r}")
-    x = jnp.asarray(x, dtype=dtype)
-    if x.ndim != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {x.shape}")
-    if is_concrete(x):
-        value = float(x)
+    if np.ndim(x) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(x)}")
+    value = host_float(x)
+    if value is not None:
         if finite and not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
         if positive and not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
-    return x
+    return jnp.asarray(x, dtype=dtype)
 
 
 def state(n: int, q0, qd0, batched: bool):
@@ -73,45 +80,42 @@ def state(n: int, q0, qd0, batched: bool):
     return q0, qd0
 
 
-def save_times(t0, t1, ts, num_saves: int):
+def save_times(t0, t1, ts, num_saves: int, t0_value: float | None, t1_value: float | None):
     """The save times: ``ts`` checked against [t0, t1], or ``num_saves`` evenly spaced."""
-    concrete = is_concrete(t0) and is_concrete(t1)
-    if concrete and not float(t1) > float(t0):
-        raise ValueError(f"t1 must be larger than t0, got t0={float(t0)}, t1={float(t1)}")
+    concrete = t0_value is not None and t1_value is not None
+    if concrete and not t1_value > t0_value:
+        raise ValueError(f"t1 must be larger than t0, got t0={t0_value}, t1={t1_value}")
     if ts is None:
         return jnp.linspace(t0, t1, num_saves)
     if np.iscomplexobj(ts):
         raise ValueError("ts must be real save times, got a complex array")
-    ts = jnp.asarray(ts, dtype=t0.dtype)
-    if ts.ndim != 1 or ts.shape[0] < 1:
-        raise ValueError(f"ts must be a non-empty vector of save times, got shape {ts.shape}")
+    if np.ndim(ts) != 1 or np.shape(ts)[0] < 1:
+        raise ValueError(f"ts must be a non-empty vector of save times, got shape {np.shape(ts)}")
     if concrete and is_concrete(ts):
-        values = np.asarray(ts)
+        values = np.asarray(ts, dtype=np.float64)
         if not np.all(np.isfinite(values)):
             raise ValueError(f"ts must be finite, got {values}")
-        if values.min() < float(t0) or values.max() > float(t1):
+        if values.min() < t0_value or values.max() > t1_value:
             raise ValueError(
-                f"ts must lie in [t0, t1] = [{float(t0)}, {float(t1)}], got [{values.min()}, {values.max()}]"
+                f"ts must lie in [t0, t1] = [{t0_value}, {t1_value}], got [{values.min()}, {values.max()}]"
             )
         if np.any(np.diff(values) < 0):
             raise ValueError("ts must be non-decreasing")
-    return ts
+    return jnp.asarray(ts, dtype=t0.dtype)
 
 
-def fixed_step(t0, t1, dt):
+def fixed_step(t0: float | None, t1: float | None, dt: float | None):
     """Check a fixed step against the span: 0 < dt < t1 - t0 (a single step over the span is refused)."""
-    if is_concrete(dt) and is_concrete(t0) and is_concrete(t1):
-        span = float(t1) - float(t0)
-        if not float(dt) < span:
-            raise ValueError(
-                f"dt = {float(dt)} is not smaller than the span t1 - t0 = {span}: a fixed step must divide "
-                "the span into at least two steps"
-            )
+    if None not in (t0, t1, dt) and not dt < t1 - t0:
+        raise ValueError(
+            f"dt = {dt} is not smaller than the span t1 - t0 = {t1 - t0}: a fixed step must divide the span "
+            "into at least two steps"
+        )
 
 
-def fixed_step_count(t0, t1, dt) -> int:
+def fixed_step_count(t0: float, t1: float, dt: float) -> int:
     """Steps diffrax's ``ConstantStepSize`` takes from t0 to t1: ceil((t1 - t0)/dt), the last one clipped."""
-    return max(1, math.ceil((float(t1) - float(t0)) / float(dt) * (1 - 1e-12)))
+    return max(1, math.ceil((t1 - t0) / dt * (1 - 1e-12)))
 
 
 def parameters(params, batched: bool, batch: int | None) -> list[str]:

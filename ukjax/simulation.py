@@ -520,17 +520,20 @@ def _prepare(
         raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    t0_value, t1_value = validate.host_float(t0), validate.host_float(t1)
     t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
-    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES)
+    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
+    dt_value = None if dt is None else validate.host_float(dt)
     if dt is not None:
         dt = validate.scalar(dt, "dt", dtype, positive=True)
-        validate.fixed_step(t0, t1, dt)
-    known = all(validate.is_concrete(x) for x in (t0, t1) + (() if dt is None else (dt,)))
+        validate.fixed_step(t0_value, t1_value, dt_value)
+    known = None not in (t0_value, t1_value, dt_value)
     if max_steps is None:
         # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
         # is what the trajectory needs; adaptive or traced times: DEFAULT_MAX_STEPS.
         fixed_known = dt is not None and known
-        max_steps = validate.fixed_step_count(t0, t1, dt) + 1 if fixed_known else DEFAULT_MAX_STEPS
+        steps = validate.fixed_step_count(t0_value, t1_value, dt_value) if fixed_known else None
+        max_steps = DEFAULT_MAX_STEPS if steps is None else steps + 1
     if adjoint is None:
         # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
         # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
@@ -542,15 +545,18 @@ def _prepare(
     if poisoned:
         warnings.warn("ukjax: " + "; ".join(poisoned) + " (those scenarios get status nonfinite_state)",
                       stacklevel=3)
-    leaves = jax.tree_util.tree_leaves((q0, qd0, t0, params))
-    if all(validate.is_concrete(x) for x in leaves):
-        if not batched:
-            validate.model_at_start(system, q0, qd0, t0, params)
-        else:
-            k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
-            if k is not None:
-                p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
-                validate.model_at_start(system, q0[k], qd0[k], t0, p_k)
+    leaves = jax.tree_util.tree_leaves((q0, qd0, params))
+    if t0_value is not None and all(validate.is_concrete(x) for x in leaves):
+        # Eager even inside a user's jit over other arguments (there, JAX would otherwise trace these calls).
+        with jax.ensure_compile_time_eval():
+            t_start = jnp.asarray(t0_value, dtype)
+            if not batched:
+                validate.model_at_start(system, q0, qd0, t_start, params)
+            else:
+                k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
+                if k is not None:
+                    p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
+                    validate.model_at_start(system, q0[k], qd0[k], t_start, p_k)
     eps = float(jnp.finfo(dtype).eps)
     if constraint_rtol is None:
         constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
