@@ -98,10 +98,11 @@ _MESSAGES = {
     RESULTS.max_steps_reached: "the integrator took max_steps steps before reaching t1; raise max_steps",
     RESULTS.nonfinite_state: "the state or the acceleration became NaN or infinite (check the parameters: "
     "a mass matrix that is not positive definite, a NaN gain, a singular configuration)",
-    RESULTS.inconsistent_constraints: "the constraints were inconsistent at a saved time: ‖A A⁺ b - b‖ > "
-    "consistency_rtol (1 + ‖b‖) (seed 000 eq. 27); the acceleration is only a least-squares compromise",
+    RESULTS.inconsistent_constraints: "the constraints were inconsistent at a saved time: ‖A q̈ - b‖ = "
+    "‖A A⁺ b - b‖ > consistency_rtol (1 + ‖b‖) (Liu et al. 2015, eq. 27); the acceleration is only a "
+    "least-squares compromise",
     RESULTS.control_infeasible: "the servo constraints could not be met by the actuators at a saved time: "
-    "(C B̄) u = b̄ has no solution (seed 000 Assumption 3)",
+    "(C B̄) u = b̄ has no solution (Liu et al. 2015, Assumption 3)",
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
     "field is non-finite or singular near the last accepted state",
     RESULTS.constraint_violated: "the constraints did not hold: the scaled position or velocity residual "
