@@ -223,7 +223,6 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     """Everything a Solution reports at one saved time."""
     qdd, loop = _acceleration(system, config, numbers, q, qd, t, p)
     rtol = _pinv_rtol(config, numbers)
-    M = system.mass_matrix(q, t, p)
     Q = system.given_force(q, qd, t, p)
     if loop is not None:
         Q = Q + system.actuation(q, t, p) @ loop.u
@@ -235,7 +234,9 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
         force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
         consistency = jnp.zeros((), Q.dtype)
     else:
-        force = dynamics.uk_constraint_force(M, Q, A, b, c, method=config.method, rtol=rtol)
+        force = system.constraint_force(
+            q, qd, t, p, force=Q, method=config.method, solver=config.uk_solver, rtol=rtol
+        )
         consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
     consistent = consistency <= numbers.consistency_rtol * (1.0 + jnp.linalg.norm(b))
     position, velocity = system.residuals(q, qd, t, p)
