@@ -257,7 +257,7 @@ def module_slices() -> dict[str, slice]:
 # ---------------------------------------------------------------------- parameters
 def default_params(*, alpha=20.0, beta=20.0) -> dict:
     """The dimensions of the module docstring; Baumgarte α = β = 20 1/s on every passive level and on the
-    servo constraints; trajectory amplitudes 40 mm, 30 mm, 0.2 rad, period 2 s; clearances zero."""
+    servo constraints; trajectory amplitudes 40 mm, 30 mm, 0.2 rad, period 1 s; clearances zero."""
     gains = {"alpha": _f(alpha), "beta": _f(beta)}
     l1, m1, l2, m2 = 0.25, 0.5, 0.25, 0.3
     legs = {}
@@ -291,7 +291,7 @@ def default_params(*, alpha=20.0, beta=20.0) -> dict:
         "clearance": _f([0.0, 0.0, 0.0]),
         **gains,
         "servo": dict(gains),
-        "trajectory": {"center": _f([0.0, 0.0]), "amplitude": _f([0.04, 0.03, 0.2]), "period": _f(2.0)},
+        "trajectory": {"center": _f([0.0, 0.0]), "amplitude": _f([0.04, 0.03, 0.2]), "period": _f(1.0)},
         "elbow": _f(1.0),
     }
 
@@ -311,7 +311,8 @@ def with_clearances(p, *, pivot, elbow, platform) -> dict:
 
 # ---------------------------------------------------------------------- kinematics
 def _leg_from_joint(P, K, p):
-    """Leg K's seven coordinates (ψ, U: x, y, θ, B: x, y, θ) reaching the platform joint at P (closed form)."""
+    """Leg K's seven coordinates (ψ, U: x, y, θ, B: x, y, θ) reaching the platform joint at P (closed
+    form)."""
     leg_p = p[K]
     O, l1, l2 = leg_p["bar"]["base"], leg_p["bar"]["l"], leg_p["elem"]["l"]
     inward = jnp.arctan2(-O[1], -O[0])  # constant per leg: keeps every angle continuous (no atan2 wrap)
@@ -372,27 +373,28 @@ def singularity_measures(pose, p):
 # ---------------------------------------------------------------------- inverse dynamics without UK
 def inverse_dynamics(system_, q, qd, qdd, t, p):
     """(u, λ) with M q̈ = Q + Aᵀλ + B u at a state and a prescribed q̈: the Lagrange-multiplier (KKT) form of
-    the inverse dynamics, [Aᵀ B][λ; u] = M q̈ - Q solved by least squares (24 equations, 21 + 3 unknowns:
-    unique away from singularities). Independent of the UK equation and of servo control."""
+    the inverse dynamics, [Aᵀ B][λ; u] = M q̈ - Q, a square system (24 equations, 21 + 3 unknowns) solved by
+    LU, nonsingular away from singularities. Independent of the UK equation and of servo control."""
     M = system_.mass_matrix(q, t, p)
     Q = system_.given_force(q, qd, t, p)
     A, _ = system_.constraint_equations(q, qd, t, p)
     B = system_.actuation(q, t, p)
     W = jnp.concatenate([A.T, B], axis=1)
-    x = jnp.linalg.lstsq(W, M @ qdd - Q)[0]
+    x = jnp.linalg.solve(W, M @ qdd - Q)
     return x[A.shape[0] :], x[: A.shape[0]]
 
 
 def feedforward_torque(system_, t, p):
-    """u_ff(t): the motor torques that produce the prescribed motion with rigid joints (:func:`inverse_dynamics`
-    at :func:`reference_state`)."""
+    """u_ff(t): the motor torques that produce the prescribed motion with rigid joints
+    (:func:`inverse_dynamics` at :func:`reference_state`)."""
     q, qd, qdd = reference_state(t, p)
     return inverse_dynamics(system_, q, qd, qdd, t, p)[0]
 
 
 def open_loop(*, clearances: bool = False) -> System:
-    """The passive mechanism driven by the feedforward torques u_ff(t) as a given force (no servo constraints):
-    the forward simulation of the study. u_ff is computed with rigid joints, whatever the clearances."""
+    """The passive mechanism driven by the feedforward torques u_ff(t) as a given force (no servo
+    constraints): the forward simulation of the study. u_ff is computed with rigid joints, whatever the
+    clearances."""
     rigid = system(clearances=False, servo=True)
     mechanism = system(clearances=clearances, servo=False)
 
