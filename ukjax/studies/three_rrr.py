@@ -35,6 +35,8 @@ DESCRIPTION = (
     "recursive (Kalman) solver, clearance Monte-Carlo"
 )
 
+CLOSED_LOOP_METHOD = "svd"
+
 CLEARANCE_MEANING = " ".join(
     """
 A clearance covariance R (Orsino 2017 eq. 4.17-4.18) lets a joint be violated at the acceleration level in
@@ -300,7 +302,9 @@ def run(args) -> dict:
 
     # 1. inverse dynamics
     start = time.perf_counter()
-    closed = simulate(rigid, q0, qd0, params, **kw)
+    # method="svd" (M^{±1/2} and B⁺ by SVD, Liu et al. 2015 eq. 13): the same numbers as the default Cholesky
+    # form, ~25x faster here because the servo controller vmaps the UK solve over the three actuators
+    closed = simulate(rigid, q0, qd0, params, method=CLOSED_LOOP_METHOD, **kw)
     jax.block_until_ready(closed.q)
     timings["closed_loop_simulate_s"] = time.perf_counter() - start
     u_kkt = _kkt_torques(rigid, closed, params)
@@ -397,7 +401,8 @@ def run(args) -> dict:
         "integrator": integrator_record(args),
         "inverse_dynamics": {
             "how": "servo constraints platform pose = prescribed (x, y, θ)(t), minimum-norm servo control "
-            "(Liu et al. 2015 eq. 35, passive constraints projected); one-shot UK",
+            "(Liu et al. 2015 eq. 35, passive constraints projected); one-shot UK, method "
+            f"{CLOSED_LOOP_METHOD!r}",
             "status": RESULTS.message(closed.status),
             "max_abs_platform_tracking_error": float(np.max(np.abs(closed_pose - ref_pose))),
             "max_abs_passive_violation_m": float(closed.max_position_residual),
