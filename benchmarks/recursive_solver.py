@@ -9,7 +9,8 @@ hierarchy of levels:
   constraints as a single level (one Kalman update).
 
 For each, q̈ at a batch of states (``jax.jit(jax.vmap(System.acceleration))``) by ``solver="uk"`` (Cholesky,
-Moore-Penrose inverse of A M⁻¹Aᵀ: de Falco et al. eq. 35) and ``solver="recursive"``; the calls are
+Moore-Penrose inverse of A M⁻¹Aᵀ: de Falco et al. eq. 35; and ``method="svd"``, M^{±1/2} and B⁺ by SVD) and
+``solver="recursive"``; the calls are
 interleaved round by round and the median per state is reported, with the compile time and the agreement of
 the two. Also recorded: whether the covariance P after the leg levels of the 3RRR is block diagonal by leg
 (the structure a block-sparse implementation could exploit, seed 003 §5).
@@ -118,9 +119,12 @@ def _timed(fn, *args, repeats):
 
 
 def measure(label, system, params, qs, qds, rounds, repeats):
+    variants = {"uk": ("uk", "cholesky"), "uk_svd": ("uk", "svd"), "recursive": ("recursive", "cholesky")}
     fns = {
-        s: jax.jit(jax.vmap(lambda q, qd, s=s: system.acceleration(q, qd, 0.0, params, solver=s)))
-        for s in ("uk", "recursive")
+        k: jax.jit(
+            jax.vmap(lambda q, qd, s=s, m=m: system.acceleration(q, qd, 0.0, params, solver=s, method=m))
+        )
+        for k, (s, m) in variants.items()
     }
     compile_s, results = {}, {}
     for s, fn in fns.items():
@@ -148,6 +152,7 @@ def measure(label, system, params, qs, qds, rounds, repeats):
         "first_call_seconds_incl_compile": compile_s,
         "median_seconds_per_state": per_state,
         "recursive_over_one_shot": per_state["recursive"] / per_state["uk"],
+        "recursive_over_one_shot_svd": per_state["recursive"] / per_state["uk_svd"],
         "max_rel_difference_recursive_vs_one_shot": float(
             np.max(np.abs(results["recursive"] - results["uk"]))
         )
@@ -208,6 +213,7 @@ def main(argv=None):
     for row in rows:
         print(
             f"{row['system']}: one-shot {row['median_seconds_per_state']['uk'] * 1e6:.2f} us/state, "
+            f"one-shot svd {row['median_seconds_per_state']['uk_svd'] * 1e6:.2f} us/state, "
             f"recursive {row['median_seconds_per_state']['recursive'] * 1e6:.2f} us/state "
             f"(x{row['recursive_over_one_shot']:.2f}); "
             f"rel. diff {row['max_rel_difference_recursive_vs_one_shot']:.1e}"
