@@ -245,22 +245,31 @@ def _figures(
     files.append("actuator_torques.png")
     save_figure(fig, out / files[-1])
 
-    # 4. joint reactions
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=False)
-    for ax, kind in zip(axes, ("pivot", "elbow", "-L joint"), strict=True):
+    # 4. joint reactions: rigid, and the change with the clearance
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), sharex=True)
+    groups = sorted(set(levels_of[1:]))
+    for col, kind in enumerate(("pivot", "elbow", "-L joint")):
         idx = [c for c, name in enumerate(names) if name.endswith(kind) and name.startswith("A")][0]
-        ax.plot(ts, reactions[0, :, idx], "k-", lw=2, label="rigid")
-        for j, level in enumerate(sorted(set(levels_of[1:]))):
-            for i in np.nonzero(levels_of == level)[0][:3]:
-                ax.plot(
-                    ts,
-                    reactions[i, :, idx],
-                    color=f"C{j + 1}",
-                    lw=0.8,
-                    label=f"σ² ~ {level:g}" if i == np.nonzero(levels_of == level)[0][0] else None,
+        axes[0, col].plot(ts, reactions[0, :, idx], "k-", lw=2, label="rigid")
+        for j, level in enumerate(groups):
+            runs_at = np.nonzero(levels_of == level)[0]
+            for n_run, i in enumerate(runs_at[:3]):
+                label = f"σ² ~ {level:g} 1/kg" if n_run == 0 else None
+                axes[1, col].plot(
+                    ts, reactions[i, :, idx] - reactions[0, :, idx], color=f"C{j + 1}", lw=0.8, label=label
                 )
-        ax.set(xlabel="t (s)", ylabel="|λ| (N)", title=f"leg A {names[idx].split('.')[-1]} reaction")
-    axes[0].legend(fontsize=7)
+            if j == len(groups) - 1:
+                axes[0, col].plot(
+                    ts, reactions[runs_at[0], :, idx], color=f"C{j + 1}", lw=1, label=f"σ² ~ {level:g} 1/kg"
+                )
+        joint = names[idx].split(".")[-1]
+        axes[0, col].set(ylabel="|λ| (N)", title=f"leg A {joint} reaction")
+        axes[1, col].set(
+            xlabel="t (s)", ylabel="|λ| - |λ_rigid| (N)", title=f"change with clearance ({joint})"
+        )
+        axes[1, col].set_yscale("symlog", linthresh=1e-4)
+    axes[0, 0].legend(fontsize=7)
+    axes[1, 0].legend(fontsize=7)
     files.append("joint_reactions.png")
     save_figure(fig, out / files[-1])
 
