@@ -31,8 +31,8 @@ from ukjax.simulation import RESULTS, simulate, simulate_batch
 from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
 
 DESCRIPTION = (
-    "Orsino 2017 Figs. 2-4, eq. 4.14-4.18: 3RRR mechanism from 10 modules in 3 levels; inverse dynamics, "
-    "recursive (Kalman) solver, clearance Monte-Carlo"
+    "Orsino 2017 Figs. 2-4, eq. 4.14-4.18: 3RRR from 10 modules in 3 levels; servo inverse dynamics, "
+    "recursive solver, clearances"
 )
 
 CLOSED_LOOP_METHOD = "svd"
