@@ -305,33 +305,6 @@ def test_simulations_recursive_equals_one_shot_and_closed_loop_matches_kkt():
         assert_tree_allclose(sol.u[i], x[-3:], rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.slow
-def test_study_runs(tmp_path):
-    from ukjax.cli import main
-
-    out = tmp_path / "three_rrr"
-    assert (
-        main(
-            [
-                "run",
-                "three_rrr",
-                "--out",
-                str(out),
-                "--t1",
-                "0.3",
-                "--num-saves",
-                "7",
-                "--samples",
-                "2",
-                "--levels",
-                "1e-3,1e-2",
-            ]
-        )
-        == 0
-    )
-    assert (out / "metrics.json").exists()
-
-
 # ------------------------------------------------------------------ through simulate, on a small hierarchy
 def _two_bobs():
     """Two particles: bob a on a rod to the origin (its own level), bob b on a rod to a (level 2, clearance
