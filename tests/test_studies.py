@@ -20,6 +20,7 @@ SHORT_RUNS = {
     "coordinated_robots": ["--t1", "0.3", "--num-saves", "11", "--skip-literal"],
     "flexible_joint": ["--t1", "0.5", "--num-saves", "21"],
     "swarm": ["--t1", "0.5", "--num-saves", "21"],
+    "three_rrr": ["--t1", "0.3", "--num-saves", "7", "--samples", "2", "--levels", "1e-3,1e-2"],
 }
 
 

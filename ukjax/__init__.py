@@ -37,6 +37,7 @@ from ukjax.simulation import Solution as Solution
 from ukjax.simulation import simulate as simulate
 from ukjax.simulation import simulate_batch as simulate_batch
 from ukjax.system import Layout as Layout
+from ukjax.system import Level as Level
 from ukjax.system import System as System
 from ukjax.system import compose as compose
 

@@ -283,9 +283,9 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     if motion is not None and motion.constraint_force is not None:
         force, A, b, rows = motion.constraint_force, motion.A, motion.b, motion.rows
     else:
-        # Forces of the controlled or recursive motion from the one-shot UK equation (seed 000 eq. 11-12),
-        # with the actuator force as a given force.
-        M = system.mass_matrix(q, t, p)
+        # Forces of the controlled or recursive motion (Liu et al. 2015, eq. 11-12), with the actuator force
+        # as a given force: the one-shot UK equation, or the recursive solution where clearances make them
+        # differ (System.constraint_force).
         Q = system.given_force(q, qd, t, p)
         if loop is not None:
             Q = Q + system.actuation(q, t, p) @ loop.u
@@ -297,7 +297,9 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
             zero = jnp.zeros_like(Q)
             force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
         else:
-            force = dynamics.uk_constraint_force(M, Q, A, b, c, method=config.method, rtol=rtol)
+            force = system.constraint_force(
+                q, qd, t, p, force=Q, method=config.method, solver=config.uk_solver, rtol=rtol
+            )
     if config.uk_solver == "recursive" and A.shape[0] > 0:
         consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
     else:

@@ -8,6 +8,14 @@ with no array leaves: it can be passed straight through ``jax.jit`` and ``jax.vm
 
 Systems can be written from M and Q (:class:`System`), from a Lagrangian (:meth:`System.from_lagrangian`), or
 assembled from subsystems level by level (:func:`compose`, after Orsino, seed 003 §2-3).
+
+Hierarchies (Orsino 2017, seed 003 §2-4). A System records which of its constraints form each level of
+the hierarchy (:class:`Level`, ``System.levels``): :func:`compose` stacks the subsystems' levels bottom up
+(level r of the result joins level r of every subsystem, whose blocks touch disjoint coordinates) and adds the
+connections as one new level on top; :meth:`System.with_constraints` adds one level. The recursive solver
+(``solver="recursive"``) performs one Kalman update per level (seed 003 eq. 4.14-4.16), and a level may carry
+clearance covariances R(p) (eq. 4.17-4.18), read from the parameter pytree so they can be swept and
+differentiated.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from ukjax import dynamics
+from ukjax._checks import symmetric_part
 from ukjax.constraints import (
     AccelerationLevel,
     Baumgarte,
@@ -30,6 +39,7 @@ from ukjax.constraints import (
     second_order_blocks,
     stack_blocks,
 )
+from ukjax.linalg import cho_solve, cholesky, psd_pinv
 
 SOLVERS = ("uk", "recursive")
 
@@ -97,6 +107,91 @@ class Layout(eqx.Module):
         return jnp.concatenate([jnp.asarray(parts[k]) for k in self.names])
 
 
+def _as_covariance(value, m: int, where: str):
+    """A clearance value as an (m, m) covariance: a scalar means σ² I, a vector (m,) a diagonal."""
+    R = jnp.asarray(value)
+    if R.ndim == 0:
+        return R * jnp.eye(m, dtype=R.dtype)
+    if R.shape == (m,):
+        return jnp.diag(R)
+    if R.shape == (m, m):
+        return R
+    raise ValueError(
+        f"clearance of {where} must be a scalar, a vector ({m},) or a matrix ({m}, {m}) for its {m} "
+        f"constraint rows; got shape {R.shape}"
+    )
+
+
+class Level(eqx.Module):
+    """One level of a hierarchy of models (Orsino 2017, seed 003 §2 and eq. 3.7): the constraints Ã_r
+    enforced together, in one Kalman update of the recursive solver (eq. 4.14-4.16).
+
+    A level is made of ``groups``: each group is a tuple of constraint objects (members of
+    ``System.constraints``) together with an optional clearance ``R(p)`` for their rows (eq. 4.17-4.18).
+    R(p) may return a scalar σ² (σ² I), a vector of variances (diagonal) or a full symmetric
+    positive-semidefinite matrix; the level's covariance is block diagonal over its groups (zero where a
+    group has no clearance). When :func:`compose` joins the levels r of several subsystems into one, their
+    groups are kept side by side, so each subsystem's clearance keeps reading its own parameters.
+
+    Levels name constraint objects, not positions, so a System whose constraints are replaced (e.g. by
+    ``dataclasses.replace``) keeps a meaningful hierarchy: groups whose constraints are gone are dropped, and
+    constraints no level names form one last level (:attr:`System.hierarchy`).
+
+    What a clearance means physically: see :meth:`System.acceleration`.
+    """
+
+    name: str = eqx.field(static=True)
+    groups: tuple[tuple[Any, ...], ...] = eqx.field(static=True)
+    clearances: tuple[Callable[[Any], Any] | None, ...] = eqx.field(static=True)
+
+    def __check_init__(self):
+        if len(self.groups) != len(self.clearances):
+            raise ValueError(f"Level {self.name!r}: one clearance (or None) per group is needed")
+
+    @property
+    def members(self) -> tuple:
+        """The level's constraints, in the order their rows are stacked."""
+        return tuple(c for group in self.groups for c in group)
+
+    @property
+    def has_clearance(self) -> bool:
+        return any(c is not None for c in self.clearances)
+
+    def embedded(self, new_of: Mapping[int, Any], key: str) -> Level:
+        """The same level inside a composed system: constraints replaced by their embedded versions
+        (``new_of[id(old)]``), clearances reading ``p[key]``."""
+        return Level(
+            name=self.name,
+            groups=tuple(tuple(new_of[id(c)] for c in g) for g in self.groups),
+            clearances=tuple(None if c is None else (lambda P, c=c: c(P[key])) for c in self.clearances),
+        )
+
+    def blocks(self, index_groups, blocks, p, dtype):
+        """(A_r, b_r, R_r) of this level from the per-constraint blocks; ``index_groups`` are the positions
+        of each group's constraints in ``blocks``. R_r is None without clearance."""
+        parts = [blocks[i] for group in index_groups for i in group]
+        A = jnp.concatenate([A_k for A_k, _ in parts])
+        b = jnp.concatenate([b_k for _, b_k in parts])
+        if not self.has_clearance:
+            return A, b, None
+        covariances = []
+        for group, clearance in zip(index_groups, self.clearances, strict=True):
+            m_g = sum(blocks[i][0].shape[0] for i in group)
+            if clearance is None:
+                covariances.append(jnp.zeros((m_g, m_g), dtype))
+            else:
+                covariances.append(jnp.asarray(_as_covariance(clearance(p), m_g, self.name), dtype))
+        return A, b, jsl.block_diag(*covariances)
+
+
+def _merge_levels(levels: list[Level]) -> Level:
+    names = list(dict.fromkeys(level.name for level in levels))
+    return Level(
+        name=" + ".join(names),
+        groups=tuple(g for level in levels for g in level.groups),
+        clearances=tuple(c for level in levels for c in level.clearances),
+    )
+
 
 class System(eqx.Module):
     """A constrained mechanical system with ``n`` coordinates.
@@ -115,6 +210,9 @@ class System(eqx.Module):
         kinetic, potential: kept when the system comes from a Lagrangian, for :meth:`energy`.
         coordinate_names: optional names of the coordinates, for plots and tables.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
+        levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
+            one level holding all of them (a module's own constraints). :func:`compose` and
+            :meth:`with_constraints` record it; :attr:`hierarchy` gives the effective levels.
     """
 
     mass: Callable[..., Any] = eqx.field(static=True)
@@ -128,6 +226,7 @@ class System(eqx.Module):
     potential: Callable[..., Any] | None = eqx.field(static=True, default=None)
     coordinate_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
     layout: Layout | None = eqx.field(static=True, default=None)
+    levels: tuple[Level, ...] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
@@ -141,6 +240,59 @@ class System(eqx.Module):
             raise ValueError(f"{len(self.coordinate_names)} coordinate names for n = {self.n} coordinates")
         if self.layout is not None and self.layout.n != self.n:
             raise ValueError(f"layout covers {self.layout.n} coordinates, the system has n = {self.n}")
+        if self.levels is not None:
+            named = [id(c) for level in self.levels for c in level.members]
+            if len(set(named)) != len(named):
+                raise ValueError("levels must name each constraint at most once")
+            self._resolved_levels()  # raises on a group that is only partly present
+
+    def _resolved_levels(self) -> list[tuple[Level, tuple[tuple[int, ...], ...]]]:
+        """(level, positions of its groups' constraints in ``constraints``) for every level of
+        :attr:`hierarchy`."""
+        positions: dict[int, list[int]] = {}
+        for i, c in enumerate(self.constraints):
+            positions.setdefault(id(c), []).append(i)
+        out, used = [], set()
+        for level in self.levels or ():
+            groups, clearances, index_groups = [], [], []
+            for group, clearance in zip(level.groups, level.clearances, strict=True):
+                present = [id(c) in positions for c in group]
+                if not any(present):
+                    continue
+                if not all(present):
+                    raise ValueError(
+                        f"level {level.name!r}: a group's constraints are only partly in the system"
+                    )
+                ids = list(dict.fromkeys(id(c) for c in group))
+                index_groups.append(tuple(i for k in ids for i in positions[k]))
+                used.update(ids)
+                groups.append(group)
+                clearances.append(clearance)
+            if groups:
+                out.append(
+                    (
+                        Level(name=level.name, groups=tuple(groups), clearances=tuple(clearances)),
+                        tuple(index_groups),
+                    )
+                )
+        rest = list({id(c): c for c in self.constraints if id(c) not in used}.values())
+        if rest:
+            index = tuple(i for i, c in enumerate(self.constraints) if id(c) not in used)
+            level = Level(name=f"level {len(out) + 1}", groups=(tuple(rest),), clearances=(None,))
+            out.append((level, (index,)))
+        return out
+
+    @property
+    def hierarchy(self) -> tuple[Level, ...]:
+        """The levels the recursive solver enforces, lowest first: ``levels`` (those of its constraints still
+        present), then one more level with every constraint no level names (all of them when ``levels`` is
+        None: a module's own constraints); empty without constraints."""
+        return tuple(level for level, _ in self._resolved_levels())
+
+    @property
+    def has_clearance(self) -> bool:
+        """Whether some level carries a clearance covariance (only ``solver="recursive"`` reads it)."""
+        return any(level.has_clearance for level in self.hierarchy)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -180,17 +332,30 @@ class System(eqx.Module):
 
         return cls(mass=mass, force=force, n=n, kinetic=kinetic, potential=potential, **kwargs)
 
-    def with_constraints(self, *constraints, servo_constraints=()) -> System:
+    def with_constraints(self, *constraints, servo_constraints=(), level: str | None = None, clearance=None):
         """The same system with more constraints enforced: the next level of a hierarchy (seed 003 eq. 3.7).
 
         Orsino's levels share one set of coordinates, A_{r+1} = [A_r; Ã_{r+1}]: the new constraints
-        (functions of the full q, q̇ and p of this system) are appended after the existing ones, so the
-        recursive solver enforces them after this system's own. ``servo_constraints`` are appended likewise.
+        (functions of the full q, q̇ and p of this system) are appended after the existing ones and form one
+        new level (named ``level``, default "level r"), which the recursive solver enforces after this
+        system's own levels, in one Kalman update. ``clearance(p)`` optionally gives that level's covariance
+        R_{r+1} (seed 003 eq. 4.17-4.18; see :class:`Level`). ``servo_constraints`` are appended likewise.
         """
+        levels = self.hierarchy
+        if constraints:
+            new = Level(
+                name=level or f"level {len(levels) + 1}",
+                groups=(tuple(constraints),),
+                clearances=(clearance,),
+            )
+            levels = levels + (new,)
+        elif clearance is not None:
+            raise ValueError("with_constraints: a clearance needs constraints to apply to")
         return dataclasses.replace(
             self,
             constraints=self.constraints + tuple(constraints),
             servo_constraints=self.servo_constraints + tuple(servo_constraints),
+            levels=levels,
         )
 
     # ------------------------------------------------------------------ evaluation
@@ -223,42 +388,151 @@ class System(eqx.Module):
         """The stacked second-order form (A, b) of all passive constraints, with Baumgarte terms in b."""
         return stack_blocks(self.constraint_blocks(q, qd, t, p), self.n, jnp.result_type(q))
 
-    def acceleration(self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None):
+    def acceleration(
+        self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None, force=None
+    ):
         """q̈ of the constrained system, M q̈ = Q + Q^c (seed 000 eq. 11-13).
 
         ``solver="uk"``: the one-shot UK equation with the stacked (A, b), any ``method`` of
-        :func:`ukjax.uk_acceleration`. ``solver="recursive"``: the Kalman-filter form of Orsino (seed 003
-        eq. 4.14-4.16), enforcing the constraints block by block in level order from a_0 = M⁻¹(Q + c) (seed
-        003 eq. 4.2: a non-ideal vector enters as a given force); ``method`` is unused there. Without
-        constraints (A of shape (0, n)) both give q̈ = M⁻¹(Q + c) by a Cholesky solve.
-        """
-        return self.motion(q, qd, t, p, method=method, solver=solver, rtol=rtol).qdd
+        :func:`ukjax.uk_acceleration`. ``solver="recursive"``: the Kalman-filter form of Orsino (2017, seed
+        003 eq. 4.14-4.16), one update per level of :attr:`hierarchy` (lowest first) from a_0 = M⁻¹(Q + c)
+        (eq. 4.2: a non-ideal vector enters as a given force) with P_0 = M⁻¹; ``method`` is unused there.
+        Without constraints (A of shape (0, n)) both give q̈ = M⁻¹(Q + c) by a Cholesky solve. ``force``
+        replaces Q (e.g. Q + B u).
 
-    def motion(self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None) -> Motion:
-        """q̈, the constraint forces and (A, b) at one state from one UK solve (see :meth:`acceleration`)."""
+        Clearances (``solver="recursive"`` only; eq. 4.17-4.18). With covariances R_r on the levels the
+        update is K = P Ãᵀ(Ã P Ãᵀ + R)⁺ and the result is the weighted least-squares acceleration
+
+            q̈ = argmin (q̈ - a_0)ᵀM(q̈ - a_0) + Σ_r (Ã_r q̈ - b̃_r)ᵀ R_r⁻¹ (Ã_r q̈ - b̃_r),
+
+        i.e. M q̈ = Q + c + Aᵀλ with A q̈ - b = -R λ: each constraint may be violated, at the acceleration
+        level, in proportion to its own reaction λ. Physically that is a compliant joint: R is a compliance
+        (acceleration per unit force, units 1/kg for a position constraint in metres); with Baumgarte terms
+        φ̈ + 2αφ̇ + β²φ = -Rλ, so quasi-statically the joint deflects by φ ≈ -Rλ/β², as if held by a
+        massless spring of stiffness β²R⁻¹ and damper 2αR⁻¹ along the constraint directions. It is not a
+        geometric gap (no free play, no contact loss or impact, no dead zone), not a random disturbance (the
+        motion is deterministic: the Kalman mean, not a sample), and the covariance P carried by the update
+        is not an uncertainty of the trajectory. R = 0 gives the exact (rigid) constraints. ``solver="uk"``
+        refuses a system with clearances rather than silently ignoring them.
+        """
+        return self.motion(q, qd, t, p, method=method, solver=solver, rtol=rtol, force=force).qdd
+
+    def motion(
+        self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None, force=None
+    ) -> Motion:
+        """q̈, the constraint forces and (A, b) at one state from one UK solve (see :meth:`acceleration`).
+
+        The recursive solver forms no constraint force (``constraint_force`` is None; see
+        :meth:`constraint_force`)."""
         if solver not in SOLVERS:
             raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
         M = self.mass_matrix(q, t, p)
-        Q = self.given_force(q, qd, t, p)
+        Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
         c = self.nonideal_vector(q, qd, t, p)
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
+        F = Q if c is None else Q + c
         if A.shape[0] == 0:
-            F = Q if c is None else Q + c
             qdd = jsl.cho_solve((jnp.linalg.cholesky(0.5 * (M + M.T)), True), F)
             zero = jnp.zeros_like(Q)
-            force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
-            return Motion(qdd=qdd, constraint_force=force, A=A, b=b, rows=rows)
+            reaction = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
+            return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         if solver == "uk":
-            qdd, force = dynamics.uk_solve(M, Q, A, b, c, method=method, rtol=rtol)
-            return Motion(qdd=qdd, constraint_force=force, A=A, b=b, rows=rows)
-        F = Q if c is None else Q + c
-        qdd = dynamics.recursive_uk_acceleration(M, F, blocks, rtol=rtol)
+            self._refuse_clearance("solver='uk'")
+            qdd, reaction = dynamics.uk_solve(M, Q, A, b, c, method=method, rtol=rtol)
+            return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
+        level_blocks, covariances = self.level_blocks(blocks, p, jnp.result_type(q))
+        qdd = dynamics.recursive_uk_acceleration(M, F, level_blocks, covariances, rtol=rtol)
         return Motion(qdd=qdd, constraint_force=None, A=A, b=b, rows=rows)
+
+    def _refuse_clearance(self, what: str):
+        if self.has_clearance:
+            names = [level.name for level in self.hierarchy if level.has_clearance]
+            raise ValueError(
+                f"{what} enforces the constraints exactly; the clearance covariances of levels {names} "
+                "(Orsino 2017 eq. 4.17-4.18) are read only by solver='recursive' (simulate(..., "
+                "uk_solver='recursive'))"
+            )
+
+    def level_blocks(self, blocks, p, dtype):
+        """Per level of :attr:`hierarchy`: ``[(A_r, b_r), ...]`` and ``[R_r or None, ...]``, from the
+        per-constraint blocks of :meth:`constraint_blocks`."""
+        triples = [level.blocks(index, blocks, p, dtype) for level, index in self._resolved_levels()]
+        return [(A, b) for A, b, _ in triples], [R for _, _, R in triples]
+
+    def constraint_force(
+        self, q, qd, t, p, *, force=None, method: str = "cholesky", solver: str = "uk", rtol=None
+    ):
+        """The constraint force (ideal and non-ideal parts, seed 000 eq. 11-12) consistent with ``solver``.
+
+        Without clearances this is :func:`ukjax.uk_constraint_force` with the stacked (A, b) for either
+        solver. With clearances (``solver="recursive"``) it is M q̈ - Q - c + (non-ideal part) from the
+        recursive accelerations, by linearity in the force: ideal = M q̈(Q) - Q, non-ideal = M(q̈(Q + c) -
+        q̈(Q)). ``force`` replaces Q (e.g. Q + B u).
+        """
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver {solver!r}; choose one of {SOLVERS}")
+        M = self.mass_matrix(q, t, p)
+        Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
+        c = self.nonideal_vector(q, qd, t, p)
+        if solver == "uk":
+            self._refuse_clearance("constraint_force with solver='uk'")
+        if not self.has_clearance:
+            A, b = self.constraint_equations(q, qd, t, p)
+            return dynamics.uk_constraint_force(M, Q, A, b, c, method=method, rtol=rtol)
+        plain = dataclasses.replace(self, nonideal=None)
+        qdd_Q = plain.acceleration(q, qd, t, p, solver="recursive", rtol=rtol, force=Q)
+        ideal = M @ qdd_Q - Q
+        if c is None:
+            return dynamics.ConstraintForce(ideal=ideal, nonideal=jnp.zeros_like(Q))
+        qdd_F = self.acceleration(q, qd, t, p, solver="recursive", rtol=rtol, force=Q)
+        return dynamics.ConstraintForce(ideal=ideal, nonideal=M @ (qdd_F - qdd_Q))
+
+    def multipliers(self, q, qd, t, p, *, force=None, rtol=None):
+        """λ_k per constraint (a tuple aligned with ``constraints``): M q̈ = Q + c + Σ_k A_kᵀλ_k.
+
+        One-shot: λ = (A M⁻¹Aᵀ + R)⁺(b - A M⁻¹(Q + c)) with the stacked levels and the block-diagonal
+        clearance covariance R (zero without clearances: the Lagrange multipliers of the KKT system, minimum
+        norm for redundant constraints). For a revolute joint written as p_a - p_b = 0 in Cartesian
+        coordinates, λ is the joint force on body a. With clearances it equals R⁻¹(b - A q̈) of the recursive
+        solution (Orsino 2017 eq. 4.17-4.18), by the normal equations of its least-squares problem.
+        """
+        self.check_state(q, qd)
+        dtype = jnp.result_type(q)
+        M = symmetric_part(self.mass_matrix(q, t, p))
+        Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
+        c = self.nonideal_vector(q, qd, t, p)
+        F = Q if c is None else Q + c
+        blocks = self.constraint_blocks(q, qd, t, p)
+        if not blocks:
+            return ()
+        level_blocks, covariances = self.level_blocks(blocks, p, dtype)
+        A = jnp.concatenate([A_r for A_r, _ in level_blocks])
+        b = jnp.concatenate([b_r for _, b_r in level_blocks])
+        R = jsl.block_diag(
+            *[
+                jnp.zeros((A_r.shape[0], A_r.shape[0]), dtype) if R_r is None else R_r
+                for (A_r, _), R_r in zip(level_blocks, covariances, strict=True)
+            ]
+        )
+        L = cholesky(M)
+        solved = cho_solve(L, jnp.concatenate([F[:, None], A.T], axis=1))
+        G = A @ solved[:, 1:] + R
+        lam = psd_pinv(G, dynamics.gram_rtol(G.shape[0], self.n, dtype) if rtol is None else rtol) @ (
+            b - A @ solved[:, 0]
+        )
+        # rows are stacked level by level; hand them back per constraint
+        out, row = {}, 0
+        for _, index_groups in self._resolved_levels():
+            for i in (i for group in index_groups for i in group):
+                m_i = blocks[i][0].shape[0]
+                out[i] = lam[row : row + m_i]
+                row += m_i
+        return tuple(out[i] for i in range(len(blocks)))
 
     def residuals(self, q, qd, t, p):
         """Constraint residuals at a state: ``(position, velocity)``.
@@ -347,7 +621,13 @@ def _embed_constraint(constraint, index, key):
 
 
 def compose(
-    subsystems: Mapping[str, System], connections=(), *, actuation=None, servo_constraints=()
+    subsystems: Mapping[str, System],
+    connections=(),
+    *,
+    actuation=None,
+    servo_constraints=(),
+    level: str | None = None,
+    clearance=None,
 ) -> System:
     """Join subsystems into one system and add the constraints that connect them (Orsino, seed 003 §2-3).
 
@@ -358,10 +638,14 @@ def compose(
     plus any entries the connecting constraints read. Connection functions receive the full stacked q (q̇)
     and the full dict p; ``Layout.of(subsystems).split(q)`` gives them each subsystem's own coordinates.
 
-    Constraint order is level order: each subsystem's own constraints (themselves in level order when the
-    subsystem was composed), then ``connections``. The recursive solver (``System.acceleration(...,
-    solver="recursive")``) enforces them in this order, level by level; a composed System can be composed
-    again, and :meth:`System.with_constraints` adds a level without new subsystems.
+    Levels (seed 003 §2, Fig. 4): the subsystems' hierarchies are stacked bottom up: level r of the result
+    joins level r of every subsystem that has one (their blocks touch disjoint coordinates, seed 003 §2), and
+    ``connections`` form one new level on top (named ``level``, default "level r"; optional ``clearance(p)``
+    gives its covariance, :class:`Level`). A subsystem's clearances keep reading its own parameters
+    ``p[name]``. The recursive solver (``System.acceleration(..., solver="recursive")``) performs one Kalman
+    update per level, lowest first; a composed System can be composed again, and
+    :meth:`System.with_constraints` adds a level without new subsystems. ``constraints`` lists each
+    subsystem's own constraints in subsystem order, then ``connections``.
     Subsystems with non-ideal constraint vectors contribute them in their coordinate slots. Actuation: an
     explicit ``actuation(q, t, p) -> (n, n_u)`` replaces the subsystems'; otherwise the subsystems' B matrices
     are placed block-diagonally (controls stacked in subsystem order). Servo constraints: the subsystems'
@@ -406,7 +690,32 @@ def compose(
                 parts.append(jnp.zeros((n, B_k.shape[1]), B_k.dtype).at[slices[k]].set(B_k))
             return jnp.concatenate(parts, axis=1)
 
-    inherited = tuple(_embed_constraint(c, slices[k], k) for k in names for c in subsystems[k].constraints)
+    embedded = {k: [_embed_constraint(c, slices[k], k) for c in subsystems[k].constraints] for k in names}
+    inherited = tuple(c for k in names for c in embedded[k])
+    new_of = {
+        k: {id(old): new for old, new in zip(subsystems[k].constraints, embedded[k], strict=True)}
+        for k in names
+    }
+    depth = max(len(subsystems[k].hierarchy) for k in names)
+    levels = []
+    for r in range(depth):
+        parts = [
+            subsystems[k].hierarchy[r].embedded(new_of[k], k)
+            for k in names
+            if r < len(subsystems[k].hierarchy)
+        ]
+        levels.append(_merge_levels(parts))
+    connections = tuple(connections)
+    if connections:
+        levels.append(
+            Level(
+                name=level or f"level {depth + 1}",
+                groups=(connections,),
+                clearances=(clearance,),
+            )
+        )
+    elif clearance is not None:
+        raise ValueError("compose: a clearance needs connections to apply to")
     inherited_servo = tuple(
         _embed_constraint(c, slices[k], k) for k in names for c in subsystems[k].servo_constraints
     )
@@ -427,7 +736,7 @@ def compose(
         mass=mass,
         force=force,
         n=n,
-        constraints=inherited + tuple(connections),
+        constraints=inherited + connections,
         nonideal=nonideal,
         actuation=actuation,
         servo_constraints=inherited_servo + tuple(servo_constraints),
@@ -435,4 +744,5 @@ def compose(
         potential=potential,
         coordinate_names=coordinate_names,
         layout=layout,
+        levels=tuple(levels),
     )

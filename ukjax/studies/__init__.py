@@ -18,6 +18,7 @@ STUDIES: dict[str, str] = {
     "scara": "ukjax.studies.scara",
     "spiral": "ukjax.studies.spiral",
     "five_bar": "ukjax.studies.five_bar",
+    "three_rrr": "ukjax.studies.three_rrr",
 }
 
 
