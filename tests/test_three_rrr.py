@@ -351,7 +351,9 @@ def test_simulate_recursive_levels_and_clearance():
     assert_tree_allclose(recursive.q, one_shot.q, rtol=0, atol=1e-10)
     r = jnp.asarray(0.05)
     _, soft = _bob_final(r)
-    assert bool(soft.ok) and float(soft.max_position_residual) > 1e-4 > float(recursive.max_position_residual)
+    # the compliant rod stretches by design, so the rigid constraint is reported as not held
+    assert int(soft.status) == ukjax.RESULTS.constraint_violated
+    assert float(soft.max_position_residual) > 1e-4 > float(recursive.max_position_residual)
     q, qd, t = soft.q[-1], soft.qd[-1], soft.ts[-1]
     lam = BOBS.multipliers(q, qd, t, {**BOB_PARAMS, "r": r})
     A, _ = BOBS.constraint_equations(q, qd, t, BOB_PARAMS)
