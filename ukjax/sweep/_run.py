@@ -248,7 +248,8 @@ def run(
         print(
             f"ukjax sweep {spec.name}: {plan.total} scenarios of model {spec.model} in "
             f"{plan.num_chunks} chunks of {chunk_size} on {mesh.size} "
-            f"{mesh.devices.flat[0].platform} device(s){where}; {len(done)} chunks already done; results in {out}",
+            f"{mesh.devices.flat[0].platform} device(s){where}; {len(done)} chunks done before; results in "
+            f"{out}",
             flush=True,
         )
     started = time.perf_counter()

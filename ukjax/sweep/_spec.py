@@ -5,7 +5,7 @@ Spec fields (TOML, read with :mod:`tomllib`; or the same as a Python dict)::
     name = "scara"                  # default: the spec file's name
     model = "scara"                 # registered name (ukjax.sweep.MODELS) or "module:function"
     scenarios = 100000              # random draws (replicates) per grid cell
-    chunk_size = 4096               # scenarios per compiled call and per Parquet file; "auto": sized to memory
+    chunk_size = 4096               # scenarios per compiled call and Parquet file; "auto": sized to memory
     seed = 0
     out = "ukjax-results/sweep_scara"  # default ./ukjax-results/sweep_NAME
     trajectories = [0, 1, 2]        # optional: scenarios whose full trajectories are saved
