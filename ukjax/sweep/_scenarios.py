@@ -8,7 +8,7 @@ and the leaf's name only, so the table does not depend on chunk size, device cou
 grid cell sees the same N draws (common random numbers).
 
 Metrics (one row per scenario, reduced on the device, so trajectories never leave it): see
-:data:`METRIC_DESCRIPTIONS`.
+:data:`METRIC_DESCRIPTIONS`; NaN for scenarios whose integration failed (:data:`VALID_TRAJECTORY`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax.simulation import RESULTS
 from ukjax.sweep._spec import STATIC_INTEGRATOR, Spec, grid_axes
 
 METRIC_DESCRIPTIONS = {
@@ -41,6 +42,13 @@ METRIC_DESCRIPTIONS = {
     "q_final[i]": "coordinate i at t1",
     "qd_final[i]": "velocity i at t1",
 }
+
+
+VALID_TRAJECTORY = tuple(
+    int(c) for c in (RESULTS.success, RESULTS.inconsistent_constraints, RESULTS.control_infeasible)
+)
+"""Statuses after which the whole trajectory is meaningful; for every other status (the integration stopped
+early or the state became non-finite) the scenario's metrics are NaN; status and step counts are kept."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +255,12 @@ def reducer(system, ts, t0, t1, tail: float, user_metrics: dict) -> Callable:
                         f"dict of scalars) per scenario; {column} has shape {v.shape}"
                     )
                 row[column] = v
+        # After a failure that stops the integration the saved values are not meaningful (see Solution): such
+        # a scenario's metrics are NaN rather than numbers that depend on how the batch was cut.
+        valid = jnp.isin(sol.status, jnp.asarray(VALID_TRAJECTORY, sol.status.dtype))
+        for name, value in row.items():
+            if name not in ("status", "num_steps", "num_accepted_steps"):
+                row[name] = jnp.where(valid, value, jnp.nan).astype(value.dtype)
         return row
 
     return reduce
