@@ -7,9 +7,10 @@ Cartesian pendulum, Heun fixed step, 512 scenarios. Several devices are simulate
 ``jax.distributed`` on a localhost coordinator (gloo CPU collectives). Those subprocesses start when the
 module's first test runs and are collected later, so their compiles overlap the in-process ones.
 
-Tolerance of the invariance checks: 1e-12 of max(1, each column's largest magnitude). The inputs and the integrated
-states agree to the last bit; XLA vectorizes the reductions over saved times differently for different batch
-shapes, which moves the last bit of a few metrics (and noise-level values like ‖A A⁺ b - b‖ ~ 1e-15 by 100 %).
+Tolerance of the invariance checks: 1e-12 of max(1, each column's largest magnitude). The inputs and the
+integrated states agree to the last bit; XLA vectorizes the reductions over saved times differently for
+different batch shapes, which moves the last bit of a few metrics (and noise-level values such as
+‖A A⁺ b - b‖ ~ 1e-15 by 100 %).
 """
 
 import json
@@ -264,7 +265,7 @@ def test_rows_match_an_independent_simulation(reference):
     """Scenario k's metrics equal ukjax.simulate run on the sampled values read back from the table."""
     out, table = reference
     rows = table.to_pylist()
-    system, params, initial_state = __import__("sweep_models").pendulum()
+    system, params, initial_state = sweep.load_model("sweep_models:pendulum")  # the sweep's System object
     for k in (0, 300, 399):
         row = rows[k]
         p = {

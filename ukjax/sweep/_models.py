@@ -78,10 +78,22 @@ def _as_arrays(params):
     return jax.tree_util.tree_map(convert, params)
 
 
+_LOADED: dict[str, Model] = {}
+
+
 def load_model(reference: str) -> Model:
-    """The model a spec's ``model`` field names: a key of :data:`MODELS` or ``module:function``."""
+    """The model a spec's ``model`` field names: a key of :data:`MODELS` or ``module:function``.
+
+    The provider is called once per process and reference: the same :class:`ukjax.System` object is returned
+    afterwards, so that re-running scenarios (:func:`ukjax.sweep.rerun`) reuses compiled programs."""
     if not isinstance(reference, str) or not reference:
         raise ValueError(f"spec field model: expected a model name or 'module:function', got {reference!r}")
+    if reference not in _LOADED:
+        _LOADED[reference] = _load(reference)
+    return _LOADED[reference]
+
+
+def _load(reference: str) -> Model:
     if ":" in reference:
         provided = _import(reference, "model")()
     elif reference in MODELS:

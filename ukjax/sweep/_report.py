@@ -12,7 +12,7 @@ from ukjax.sweep import _store
 QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
 MAX_INDICES = 100  # failing indices listed per status
 MAX_POINTS = 20000  # scatter plots subsample beyond this
-MAX_PANELS = 12
+MAX_PANELS = 9
 KEY_METRICS = ("max_abs_phi", "tail_abs_phi", "peak_constraint_force", "peak_abs_u", "max_abs_servo_residual")
 
 
@@ -99,7 +99,7 @@ def report(out, *, quiet: bool = False) -> dict:
             "indices": failing[:MAX_INDICES].tolist(),
         }
     result["figures"].append(_histograms(folder, table, key + ["num_steps"], ok, manifest))
-    for metric in key[:4]:
+    for metric in key[:2]:
         figure = _scatter(folder, table, metric, roles["varied"], ok, manifest)
         if figure:
             result["figures"].append(figure)
