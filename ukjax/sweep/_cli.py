@@ -62,6 +62,17 @@ def initialize(args) -> None:
 
 
 def main(args) -> int:
+    """Run the sweep (or only the report) the parsed ``args`` ask for; bad input exits 2 with its message."""
+    try:
+        return _main(args)
+    except ValueError as error:
+        print(f"ukjax sweep: {error}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    import jax
+
     from ukjax import sweep
 
     if args.report is not None:
@@ -70,18 +81,10 @@ def main(args) -> int:
     if args.spec is None:
         print("ukjax sweep: give a spec file (or --report DIR); see `ukjax sweep --help`", file=sys.stderr)
         return 2
-    try:
-        spec = sweep.load_spec(
-            args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed
-        )
-    except ValueError as error:
-        print(f"ukjax sweep: {error}", file=sys.stderr)
-        return 2
+    spec = sweep.load_spec(args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed)
     summary = sweep.run(
         spec, out=args.out, devices=args.devices, fresh=args.fresh, progress=not args.no_progress
     )
-    import jax
-
     if jax.process_index() == 0:
         print(
             f"ukjax sweep {spec.name}: {summary.scenarios_written} scenarios in {summary.run_s:.1f} s "

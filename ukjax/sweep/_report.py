@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from ukjax.sweep import _store
+from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS
 
 QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
 MAX_INDICES = 100  # failing indices listed per status
 MAX_POINTS = 20000  # scatter plots subsample beyond this
 MAX_PANELS = 9
-KEY_METRICS = ("max_abs_phi", "tail_abs_phi", "peak_constraint_force", "peak_abs_u", "max_abs_servo_residual")
+KEY_METRICS = ("peak_abs_u", "max_abs_phi", "tail_abs_phi", "peak_constraint_force", "max_abs_servo_residual")
 
 
 def _is_final_state(name: str) -> bool:
@@ -71,9 +72,9 @@ def report(out, *, quiet: bool = False) -> dict:
     index = table.column("index").to_numpy()
     ok = status == 0
     metrics = [m for m in roles["metrics"] if _numeric(table.column(m)) is not None]
-    key = [m for m in KEY_METRICS if m in metrics] + [
-        m for m in metrics if m not in KEY_METRICS and not _is_final_state(m) and not m.startswith("num_")
-    ]
+    # what the figures show first: the user's own metrics, then the peak control, then the violation
+    user = [m for m in metrics if m not in METRIC_DESCRIPTIONS and not _is_final_state(m)]
+    key = user + [m for m in KEY_METRICS if m in metrics]
     folder = out / "report"
     folder.mkdir(parents=True, exist_ok=True)
     result = {
@@ -112,7 +113,8 @@ def report(out, *, quiet: bool = False) -> dict:
 def _setting(manifest) -> str:
     integ = manifest["integrator"]
     step = f"fixed step {integ['dt']:g} s" if integ.get("dt") else f"adaptive rtol {integ['rtol']:g}"
-    return f"{manifest['model']['name']}, {integ['solver']} {step}, t1 = {integ.get('t1', 'grid')}"
+    t1 = integ.get("t1")
+    return f"{manifest['model']['name']}, {integ['solver']} {step}, t1 = " + (f"{t1:g} s" if t1 else "grid")
 
 
 def _log_scale(values: np.ndarray) -> bool:
@@ -148,7 +150,9 @@ def _histograms(folder: Path, table, metrics: list[str], ok, manifest) -> str:
         ax.set_ylabel("scenarios")
     for ax in list(axes.flat)[len(metrics) :]:
         ax.set_visible(False)
-    fig.suptitle(f"Sweep {manifest['name']}: {int(ok.sum())} successful scenarios ({_setting(manifest)})")
+    fig.suptitle(
+        f"Sweep {manifest['name']}: {int(ok.sum())} successful scenarios\n{_setting(manifest)}", fontsize=10
+    )
     return Path(save_figure(fig, folder / "histograms.png")).name
 
 
@@ -187,7 +191,8 @@ def _scatter(folder: Path, table, metric: str, varied: list[str], ok, manifest) 
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(
-        f"{metric} against the varied values, {shown.size} successful scenarios ({_setting(manifest)})"
+        f"{metric} against the varied values, {shown.size} successful scenarios\n{_setting(manifest)}",
+        fontsize=10,
     )
     safe = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in metric)
     return Path(save_figure(fig, folder / f"scatter_{safe}.png")).name
