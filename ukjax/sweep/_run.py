@@ -147,12 +147,14 @@ def _prepare(spec, out, devices):
 
 
 def _resolve_chunk_size(spec, model, out, mesh, manifest) -> int:
-    total = total_scenarios(spec)
+    """The manifest's chunk size when resuming; else the spec's, or "auto"; never more than a sub-sweep (a
+    larger chunk would only be padding)."""
     if manifest is not None:
         return manifest["chunk_size"]
+    per_subsweep = Plan.from_spec(spec, 1).per_subsweep
     if spec.chunk_size is not None:
-        return spec.chunk_size
-    size = auto_chunk_size(model, spec, mesh.size, total)
+        return min(spec.chunk_size, per_subsweep)
+    size = min(auto_chunk_size(model, spec, mesh.size, total_scenarios(spec)), per_subsweep)
     if jax.process_count() > 1:  # every process must cut the same chunks
         from jax.experimental import multihost_utils
 
