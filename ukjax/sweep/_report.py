@@ -35,12 +35,12 @@ def _quantiles(values: np.ndarray) -> dict:
     return out
 
 
-def _groups(table, varied: list[str], key_metric: str | None, ok: np.ndarray) -> list[dict]:
-    """Success rate (and the median key metric) per combination of the grid-like varied columns (<= 12
-    distinct values), e.g. per pinv method x tolerance."""
-    import pyarrow.compute as pc
-
-    grid = [c for c in varied if len(pc.unique(table.column(c))) <= 12]
+def _groups(
+    table, varied: list[str], discrete: list[str], key_metric: str | None, ok: np.ndarray
+) -> list[dict]:
+    """Success rate (and the median key metric) per combination of the grid and choice values (e.g. per
+    pinv method x tolerance)."""
+    grid = [c for c in varied if any(c == path or c.startswith(path + "[") for path in discrete)]
     if not grid:
         return []
     keys = list(zip(*(table.column(c).to_pylist() for c in grid), strict=True))
@@ -89,7 +89,7 @@ def report(out, *, quiet: bool = False) -> dict:
         "quantiles_over_successful_scenarios": {
             m: _quantiles(_numeric(table.column(m))[ok]) for m in metrics if m not in ("status",)
         },
-        "groups": _groups(table, roles["varied"], key[0] if key else None, ok),
+        "groups": _groups(table, roles["varied"], _discrete(manifest), key[0] if key else None, ok),
         "rerun": "ukjax.sweep.rerun(OUT, [index]) re-simulates a scenario with its full trajectory",
         "figures": [],
     }
@@ -108,6 +108,14 @@ def report(out, *, quiet: bool = False) -> dict:
     if not quiet:
         _print(result, folder)
     return result
+
+
+def _discrete(manifest) -> list[str]:
+    """Leaf paths that vary on a grid or among a choice of values."""
+    vary = manifest["spec"].get("vary", {})
+    from ukjax.sweep._spec import _flatten_vary
+
+    return [path for path, table in _flatten_vary(vary).items() if table.get("dist") in ("grid", "choice")]
 
 
 def _setting(manifest) -> str:
