@@ -141,7 +141,7 @@ def devices_child(args) -> None:
 
 def devices(args) -> list[dict]:
     rows = []
-    for count in (1, 2, 4):
+    for count in args.device_counts:
         env = dict(
             os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}", JAX_PLATFORMS="cpu"
         )
@@ -160,8 +160,18 @@ def devices(args) -> list[dict]:
             "--repeats",
             str(args.repeats),
         ]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=True)
-        line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+        try:
+            done = subprocess.run(
+                command, env=env, capture_output=True, text=True, timeout=args.child_timeout
+            )
+        except subprocess.TimeoutExpired:
+            rows.append({"devices": count, "error": f"no result within {args.child_timeout} s"})
+            print(f"  {count} device(s): no result within {args.child_timeout} s", flush=True)
+            continue
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            rows.append({"devices": count, "error": done.stderr[-2000:]})
+            continue
         rows.append(json.loads(line[len("RESULT ") :]))
         print(f"  {count} device(s): {rows[-1]['scenarios_per_s']:.0f} scenarios/s", flush=True)
     return rows
@@ -174,6 +184,10 @@ def main() -> None:
     parser.add_argument("--t1", type=float, default=1.0)
     parser.add_argument("--dt", type=float, default=5e-3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child-timeout", type=int, default=1800, help="seconds allowed per device count")
+    parser.add_argument(
+        "--device-counts", type=int, nargs="*", default=[1, 2, 4], help="simulated CPU devices"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ukjax.enable_float64()
@@ -195,7 +209,7 @@ def main() -> None:
         flush=True,
     )
     print("devices:", flush=True)
-    result["devices"] = devices(args)
+    result["devices"] = devices(args) if args.device_counts else []
     result.update(
         description=__doc__,
         integrator={"solver": "diffrax Tsit5", "step": "fixed", "dt": args.dt, "t1": args.t1},
