@@ -188,6 +188,7 @@ def main() -> None:
     parser.add_argument(
         "--device-counts", type=int, nargs="*", default=[1, 2, 4], help="simulated CPU devices"
     )
+    parser.add_argument("--out", help="result file (default benchmarks/results/sweep-<machine>.json)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ukjax.enable_float64()
@@ -218,7 +219,7 @@ def main() -> None:
         gpu="no GPU in this session: the SCARA sweep at 1,000,000 scenarios was not run here",
     )
     machine = re.sub(r"[^a-z0-9]+", "-", machine_info()["machine"]["cpu"].lower()).strip("-")
-    path = write_results(RESULTS / f"sweep-{machine}-{os.cpu_count()}c.json", result)
+    path = write_results(args.out or RESULTS / f"sweep-{machine}-{os.cpu_count()}c.json", result)
     print(f"wrote {path}")
 
 
