@@ -1,4 +1,5 @@
-"""The ``ukjax`` command: ``ukjax list``, ``ukjax run NAME [flags]`` and ``ukjax demo [flags]``."""
+"""The ``ukjax`` command: ``ukjax list``, ``ukjax run NAME [flags]``, ``ukjax demo [flags]`` and
+``ukjax sweep SPEC [flags]``."""
 
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument("study_args", nargs=argparse.REMAINDER, help="flags of the study")
     demo_parser = commands.add_parser("demo", help=demo.DESCRIPTION, description=demo.DESCRIPTION)
     demo.add_arguments(demo_parser)
+    from ukjax.sweep import _cli as sweep_cli
+
+    sweep_cli.add_parser(commands)
     return parser, run
 
 
@@ -109,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(parser, run_parser, argv) -> int:
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        from ukjax.sweep import _cli as sweep_cli
+
+        sweep_cli.initialize(args)  # joins a multi-process run before any JAX computation
     if not args.float32:
         from ukjax._config import enable_float64
 
@@ -125,6 +133,10 @@ def _dispatch(parser, run_parser, argv) -> int:
         return 0
     if args.command == "run":
         return _run_study(args.name, args.study_args, run_parser)
+    if args.command == "sweep":
+        from ukjax.sweep import _cli as sweep_cli
+
+        return sweep_cli.main(args)
     from ukjax import demo
 
     demo.run(args)

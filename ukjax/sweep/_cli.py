@@ -1,0 +1,95 @@
+"""``ukjax sweep SPEC``: run (or resume) a sweep from a TOML spec, then write its report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = "run a Monte-Carlo sweep from a TOML spec (resumable, every device, many hosts) and report it"
+
+EPILOG = """\
+examples:
+  ukjax sweep experiments/sweep_scara.toml                      # run or resume, then report
+  ukjax sweep experiments/sweep_scara.toml --scenarios 2048     # a smaller run of the same spec
+  ukjax sweep --report ukjax-results/sweep_scara                # redraw the report of a result folder
+  srun --ntasks=4 --gpus-per-task=1 ukjax sweep SPEC --distributed   # SLURM: 4 processes share the chunks
+
+Results: one Parquet file per chunk in OUT/chunks/, OUT/manifest.json, OUT/report/. A run that is stopped
+resumes where it stopped when started again with the same spec and --out.
+"""
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "sweep",
+        help=DESCRIPTION,
+        description=DESCRIPTION[0].upper() + DESCRIPTION[1:] + ".",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("spec", nargs="?", help="the sweep spec (TOML), e.g. experiments/sweep_scara.toml")
+    parser.add_argument(
+        "--out", help="output folder (default: the spec's out, else ukjax-results/sweep_NAME)"
+    )
+    parser.add_argument("--scenarios", type=int, help="override the spec's number of scenarios per grid cell")
+    parser.add_argument("--chunk-size", type=int, help="override the spec's chunk size")
+    parser.add_argument("--seed", type=int, help="override the spec's seed")
+    parser.add_argument("--devices", type=int, help="local devices to use (default: all)")
+    parser.add_argument(
+        "--fresh", action="store_true", help="discard earlier results in --out (default: resume)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    parser.add_argument("--report", metavar="DIR", help="only (re)draw the report of the sweep in DIR")
+    many = parser.add_argument_group("many hosts (jax.distributed)")
+    many.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run, the cluster auto-detected (SLURM and the others JAX knows)",
+    )
+    many.add_argument("--coordinator", metavar="HOST:PORT", help="explicit coordinator address (process 0's)")
+    many.add_argument("--num-processes", type=int, help="with --coordinator: number of processes")
+    many.add_argument("--process-id", type=int, help="with --coordinator: this process's id, 0..N-1")
+    return parser
+
+
+def initialize(args) -> None:
+    """Join the multi-process run the flags ask for (before any JAX computation)."""
+    if args.coordinator is not None or args.distributed:
+        from ukjax.sweep import initialize_distributed
+
+        initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+
+
+def main(args) -> int:
+    """Run the sweep (or only the report) the parsed ``args`` ask for; bad input exits 2 with its message."""
+    try:
+        return _main(args)
+    except ValueError as error:
+        print(f"ukjax sweep: {error}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    import jax
+
+    from ukjax import sweep
+
+    if args.report is not None:
+        sweep.report(args.report)
+        return 0
+    if args.spec is None:
+        print("ukjax sweep: give a spec file (or --report DIR); see `ukjax sweep --help`", file=sys.stderr)
+        return 2
+    spec = sweep.load_spec(args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed)
+    summary = sweep.run(
+        spec, out=args.out, devices=args.devices, fresh=args.fresh, progress=not args.no_progress
+    )
+    if jax.process_index() == 0:
+        print(
+            f"ukjax sweep {spec.name}: {summary.scenarios_written} scenarios in {summary.run_s:.1f} s "
+            f"({summary.scenarios_per_s:.1f} scenarios/s; compile {summary.compile_s:.1f} s)"
+        )
+        if summary.complete and not args.no_report:
+            sweep.report(summary.out)
+    return 0

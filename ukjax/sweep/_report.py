@@ -1,0 +1,225 @@
+"""The report of a sweep: quantiles per metric, failures by status with their indices, histograms and
+metric-versus-parameter scatter plots (PNG), written to ``OUT/report/`` and printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ukjax.sweep import _store
+from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS
+
+QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
+MAX_INDICES = 100  # failing indices listed per status
+MAX_POINTS = 20000  # scatter plots subsample beyond this
+MAX_PANELS = 9
+KEY_METRICS = ("peak_abs_u", "max_abs_phi", "tail_abs_phi", "peak_constraint_force", "max_abs_servo_residual")
+
+
+def _is_final_state(name: str) -> bool:
+    return name.startswith(("q_final[", "qd_final["))
+
+
+def _numeric(column) -> np.ndarray | None:
+    values = column.to_numpy(zero_copy_only=False)
+    return values.astype(np.float64) if np.issubdtype(values.dtype, np.number) else None
+
+
+def _quantiles(values: np.ndarray) -> dict:
+    finite = values[np.isfinite(values)]
+    out = {"count": int(values.size), "nonfinite": int(values.size - finite.size)}
+    if finite.size:
+        out["mean"] = float(finite.mean())
+        out.update({f"q{int(round(q * 100)):02d}": float(np.quantile(finite, q)) for q in QUANTILES})
+    return out
+
+
+def _groups(
+    table, varied: list[str], discrete: list[str], key_metric: str | None, ok: np.ndarray
+) -> list[dict]:
+    """Success rate (and the median key metric) per combination of the grid and choice values (e.g. per
+    pinv method x tolerance)."""
+    grid = [c for c in varied if any(c == path or c.startswith(path + "[") for path in discrete)]
+    if not grid:
+        return []
+    keys = list(zip(*(table.column(c).to_pylist() for c in grid), strict=True))
+    metric = _numeric(table.column(key_metric)) if key_metric else None
+    rows = []
+    for combo in sorted(set(keys), key=str):
+        mask = np.array([k == combo for k in keys])
+        row = {
+            **dict(zip(grid, combo, strict=True)),
+            "scenarios": int(mask.sum()),
+            "succeeded": int((mask & ok).sum()),
+        }
+        if metric is not None and (mask & ok).any():
+            row[f"median_{key_metric}"] = float(np.median(metric[mask & ok]))
+        rows.append(row)
+    return rows
+
+
+def report(out, *, quiet: bool = False) -> dict:
+    """Write ``OUT/report/report.json`` and the figures for the sweep in ``out``; returns the report."""
+    from ukjax.studies._common import write_json
+
+    out = Path(out)
+    manifest = _store.read_manifest(out)
+    table = _store.load(out, allow_partial=True)
+    roles = _store.column_roles(table.column_names)
+    status = table.column("status").to_numpy()
+    names = table.column("status_name").to_numpy(zero_copy_only=False)
+    index = table.column("index").to_numpy()
+    ok = status == 0
+    metrics = [m for m in roles["metrics"] if _numeric(table.column(m)) is not None]
+    # what the figures show first: the user's own metrics, then the peak control, then the violation
+    user = [m for m in metrics if m not in METRIC_DESCRIPTIONS and not _is_final_state(m)]
+    key = user + [m for m in KEY_METRICS if m in metrics]
+    folder = out / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    result = {
+        "sweep": manifest["name"],
+        "model": manifest["model"]["name"],
+        "integrator": manifest["integrator"],
+        "scenarios_total": manifest["scenarios_total"],
+        "scenarios_in_table": int(table.num_rows),
+        "complete": table.num_rows == manifest["scenarios_total"],
+        "succeeded": int(ok.sum()),
+        "failures_by_status": {},
+        "quantiles_over_successful_scenarios": {
+            m: _quantiles(_numeric(table.column(m))[ok]) for m in metrics if m not in ("status",)
+        },
+        "groups": _groups(table, roles["varied"], _discrete(manifest), key[0] if key else None, ok),
+        "rerun": "ukjax.sweep.rerun(OUT, [index]) re-simulates a scenario with its full trajectory",
+        "figures": [],
+    }
+    for name in sorted(set(names[~ok])):
+        failing = index[names == name]
+        result["failures_by_status"][str(name)] = {
+            "count": int(failing.size),
+            "indices": failing[:MAX_INDICES].tolist(),
+        }
+    result["figures"].append(_histograms(folder, table, key + ["num_steps"], ok, manifest))
+    for metric in key[:2]:
+        figure = _scatter(folder, table, metric, roles["varied"], ok, manifest)
+        if figure:
+            result["figures"].append(figure)
+    write_json(folder / "report.json", result)
+    if not quiet:
+        _print(result, folder)
+    return result
+
+
+def _discrete(manifest) -> list[str]:
+    """Leaf paths that vary on a grid or among a choice of values."""
+    vary = manifest["spec"].get("vary", {})
+    from ukjax.sweep._spec import _flatten_vary
+
+    return [path for path, table in _flatten_vary(vary).items() if table.get("dist") in ("grid", "choice")]
+
+
+def _setting(manifest) -> str:
+    integ = manifest["integrator"]
+    step = f"fixed step {integ['dt']:g} s" if integ.get("dt") else f"adaptive rtol {integ['rtol']:g}"
+    t1 = integ.get("t1")
+    return f"{manifest['model']['name']}, {integ['solver']} {step}, t1 = " + (f"{t1:g} s" if t1 else "grid")
+
+
+def _log_scale(values: np.ndarray) -> bool:
+    positive = values[np.isfinite(values) & (values > 0)]
+    return (
+        positive.size > 0
+        and positive.size == values[np.isfinite(values)].size
+        and (positive.max() / positive.min() > 100)
+    )
+
+
+def _histograms(folder: Path, table, metrics: list[str], ok, manifest) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ukjax.studies._common import save_figure
+
+    metrics = [m for m in dict.fromkeys(metrics) if m in table.column_names][:MAX_PANELS]
+    cols = min(3, max(1, len(metrics)))
+    rows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        values = _numeric(table.column(metric))[ok]
+        values = values[np.isfinite(values)]
+        if values.size and _log_scale(values):
+            ax.hist(values, bins=np.logspace(np.log10(values.min()), np.log10(values.max()) + 1e-12, 40))
+            ax.set_xscale("log")
+        elif values.size:
+            ax.hist(values, bins=40)
+        ax.set_xlabel(metric)
+        ax.set_ylabel("scenarios")
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"Sweep {manifest['name']}: {int(ok.sum())} successful scenarios\n{_setting(manifest)}", fontsize=10
+    )
+    return Path(save_figure(fig, folder / "histograms.png")).name
+
+
+def _scatter(folder: Path, table, metric: str, varied: list[str], ok, manifest) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ukjax.studies._common import save_figure
+
+    y_all = _numeric(table.column(metric))
+    panels = []
+    for column in varied:
+        x = _numeric(table.column(column))
+        if x is not None and np.nanmax(x) > np.nanmin(x):
+            panels.append((column, x))
+    panels = panels[:MAX_PANELS]
+    if not panels:
+        return None
+    rng = np.random.default_rng(0)
+    shown = np.flatnonzero(ok & np.isfinite(y_all))
+    if shown.size > MAX_POINTS:
+        shown = np.sort(rng.choice(shown, MAX_POINTS, replace=False))
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False, sharey=True)
+    log = _log_scale(y_all[shown])
+    for ax, (column, x) in zip(axes.flat, panels, strict=False):
+        ax.scatter(x[shown], y_all[shown], s=2, alpha=0.4, rasterized=True)
+        ax.set_xlabel(column)
+        if log:
+            ax.set_yscale("log")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(metric)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"{metric} against the varied values, {shown.size} successful scenarios\n{_setting(manifest)}",
+        fontsize=10,
+    )
+    safe = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in metric)
+    return Path(save_figure(fig, folder / f"scatter_{safe}.png")).name
+
+
+def _print(result: dict, folder: Path) -> None:
+    print(
+        f"sweep {result['sweep']} ({result['model']}): {result['succeeded']}/{result['scenarios_in_table']} "
+        f"scenarios succeeded"
+        + ("" if result["complete"] else f" (incomplete: {result['scenarios_total']} planned)")
+    )
+    for name, failure in result["failures_by_status"].items():
+        shown = ", ".join(map(str, failure["indices"][:10]))
+        print(f"  {name}: {failure['count']} scenarios, e.g. indices {shown}")
+    print(f"{'metric (successful scenarios)':<34}{'median':>11}{'95th pct':>11}{'99th pct':>11}{'max':>11}")
+    for metric, q in result["quantiles_over_successful_scenarios"].items():
+        if _is_final_state(metric) or "q50" not in q:
+            continue
+        print(f"  {metric:<32}{q['q50']:>11.3e}{q['q95']:>11.3e}{q['q99']:>11.3e}{q['q100']:>11.3e}")
+    if result["groups"]:
+        print(f"by grid cell: {len(result['groups'])} groups in report.json")
+    print(f"report: {folder}/report.json, {', '.join(result['figures'])}")
