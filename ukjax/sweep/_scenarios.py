@@ -45,7 +45,13 @@ METRIC_DESCRIPTIONS = {
 
 
 VALID_TRAJECTORY = tuple(
-    int(c) for c in (RESULTS.success, RESULTS.inconsistent_constraints, RESULTS.control_infeasible)
+    int(c)
+    for c in (
+        RESULTS.success,
+        RESULTS.inconsistent_constraints,
+        RESULTS.control_infeasible,
+        RESULTS.constraint_violated,
+    )
 )
 """Statuses after which the whole trajectory is meaningful; for every other status (the integration stopped
 early or the state became non-finite) the scenario's metrics are NaN; status and step counts are kept."""
