@@ -1,10 +1,12 @@
 """Fuzz the generalized inverses and the Udwadia-Kalaba forms against NumPy references; count failures.
 
-Random problems (float64 construction): A of m x n, m, n ∈ {1, 2, 3, 5, 8, 12}, exact rank r (0 to full), nonzero singular
+Random problems (float64 construction): A of m x n, 1 ≤ m, n ≤ 12 (embedded in a 6 x 6 or 12 x 12 zero matrix, so
+that each method compiles twice; the padding rows and columns stay zero: pinv((A 0; 0 0)) = (A⁺ 0; 0 0)), exact rank r (0 to full), nonzero singular
 values from 1 down to 1/cond (cond = 10^U(0, 6)), overall scale 10^U(-8, 8); a third of the matrices get
 exact repeated rows and a third near-repeated rows (a row plus 1e-12 ‖A‖ times a random vector of the row space, so that
 the rank stays r), as in overconstrained
-mechanisms. UK problems add an SPD mass matrix M of condition 10^U(0, 6) and a consistent b = A x (one in
+mechanisms. UK problems (A as above; the padding coordinates are unconstrained) add an SPD mass matrix M of condition
+10^U(0, 6) and a consistent b = A x (one in
 four b is inconsistent: b = A x + noise).
 
 References (NumPy, float64, SVD-based with the tolerance of ``matrix_rank``, max(m, n) eps; ``pinv``'s own
@@ -39,14 +41,23 @@ import ukjax
 from ukjax.dynamics import ACCELERATION_METHODS
 from ukjax.linalg import PINV_METHODS
 
-DIMS = (1, 2, 3, 5, 8, 12)  # a few sizes: one compilation per method and shape
+MAX_DIM = 12
+PADDED = [(6, 6), (12, 12)]  # one compilation per method and padded shape
 EPS64 = float(np.finfo(np.float64).eps)
 COND_LIMIT = {"float64": 1e6, "float32": 1e3}  # "well conditioned": cond·eps ≤ 2e-10 (float64), 1.2e-4 (float32)
 
 
+def pad(A, shape):
+    """A in the top-left corner of a zero matrix of the given shape: pinv((A 0; 0 0)) = (A⁺ 0; 0 0)."""
+    out = np.zeros(shape)
+    out[: A.shape[0], : A.shape[1]] = A
+    return out
+
+
 def random_matrix(rng):
-    """(A, m, n, r): a random matrix of the family described in the module docstring."""
-    m, n = (int(x) for x in rng.choice(DIMS, size=2))
+    """A random m x n matrix of the family described in the module docstring, embedded (zero rows and
+    columns) in the smallest of the ``PADDED`` shapes that holds it."""
+    m, n = (int(x) for x in rng.integers(1, MAX_DIM + 1, size=2))
     r = int(rng.integers(0, min(m, n) + 1))
     A = np.zeros((m, n))
     if r:
@@ -62,7 +73,7 @@ def random_matrix(rng):
         if kind == 2 and r:  # a perturbation of relative size 1e-12 inside the row space: rank stays r
             V_r = np.linalg.svd(A)[2][:r]
             A[dst] += 1e-12 * np.linalg.norm(A, 2) * (rng.normal(size=r) @ V_r) / np.sqrt(r)
-    return A
+    return pad(A, next(p for p in PADDED if m <= p[0] and n <= p[1]))
 
 
 def numerical_rank(s, shape):
@@ -98,8 +109,8 @@ def random_uk(rng):
     M = random_spd(rng, n)
     Q = rng.normal(size=n) * 10.0 ** rng.uniform(-2, 2)
     b = A @ rng.normal(size=n)
-    if rng.random() < 0.25:
-        b = b + rng.normal(size=m) * (np.abs(b).max() + 1.0)
+    if rng.random() < 0.25:  # inconsistent (on the rows of the unpadded A only)
+        b = b + (np.abs(A).sum(axis=1) > 0) * rng.normal(size=m) * (np.abs(b).max() + 1.0)
     return M, Q, A, b
 
 
