@@ -76,7 +76,8 @@ def run_once(impl, n=12, batch=1024, k=4, iters=200, timeout=60.0):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", nargs="+", default=["lapack", "ukjax"], choices=["lapack", "ukjax", "uk-grad"])
+    parser.add_argument("--impl", nargs="+", default=["lapack", "ukjax"],
+                        choices=["lapack", "ukjax", "uk-grad"])
     parser.add_argument("--runs", type=int, default=6, help="fresh processes per implementation")
     parser.add_argument("--iters", type=int, default=200, help="calls of the compiled program per run")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")

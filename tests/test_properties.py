@@ -9,10 +9,10 @@ of M), so each method compiles once per shape; pinv((A 0; 0 0)) = (A⁺ 0; 0 0),
 the UK problem are unconstrained and unforced. ``derandomize=True`` makes the examples the same in every run.
 
 A case counts as well conditioned when cond = σ₁/σ_r ≤ 1e6, r the rank at NumPy's ``matrix_rank``
-tolerance max(m, n) eps σ₁ (of A for pinv, of B = A M^{-1/2} for the UK forms). On such cases every method must
-agree with the NumPy SVD reference to 1e-8 relative (SVD, QR methods and Greville: error ~ cond eps ≤ 2e-10;
-the Cholesky form of the UK equation: ~ cond² eps, bounded by 100 cond² eps; UK errors are measured relative to
-the size of the terms q̈ is computed from, see ``uk_reference``). On every case: finite output.
+tolerance max(m, n) eps σ₁ (of A for pinv, of B = A M^{-1/2} for the UK forms). On such cases every method
+must agree with the NumPy SVD reference to 1e-8 relative (SVD, QR methods and Greville: error ~ cond eps
+≤ 2e-10; the Cholesky form of the UK equation: ~ cond² eps, bounded by 100 cond² eps; UK errors are measured
+relative to the size of the terms q̈ is computed from, see ``uk_reference``). On every case: finite output.
 The larger fuzz run (thousands of cases, counts per method) is ``benchmarks/linalg_fuzz.py`` and the slow test
 at the end of this file.
 """
@@ -74,12 +74,12 @@ def rel_err(x, ref):
     return np.linalg.norm(np.asarray(x, np.float64) - ref) / (scale if scale > 0 else 1.0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pinv_jit(method):
     return jax.jit(lambda A: ukjax.pinv(A, method))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def uk_jit(method):
     return jax.jit(lambda M, Q, A, b: ukjax.uk_acceleration(M, Q, A, b, method=method))
 
@@ -88,7 +88,8 @@ def penrose_ok(A, P, tol):
     AP, PA = A @ P, P @ A
     a, p = np.abs(A).max(initial=0.0), np.abs(P).max(initial=0.0)
     scale = max(a * p, 1e-300)
-    return (np.abs(AP - AP.T).max(initial=0) <= tol * scale and np.abs(PA - PA.T).max(initial=0) <= tol * scale
+    return (np.abs(AP - AP.T).max(initial=0) <= tol * scale
+            and np.abs(PA - PA.T).max(initial=0) <= tol * scale
             and np.abs(AP @ A - A).max(initial=0) <= tol * scale * max(a, 1e-300)
             and np.abs(PA @ P - P).max(initial=0) <= tol * scale * max(p, 1e-300))
 
@@ -132,7 +133,8 @@ def uk_reference(M, Q, A, b):
     B = A @ Linv_T
     B_pinv = np.linalg.pinv(B, rtol=max(B.shape) * EPS)
     qdd = a + Linv_T @ (B_pinv @ (b - A @ a))
-    scale = np.linalg.norm(qdd) + np.linalg.norm(Linv_T, 2) * np.linalg.norm(B_pinv, 2) * np.linalg.norm(b - A @ a)
+    terms = np.linalg.norm(Linv_T, 2) * np.linalg.norm(B_pinv, 2) * np.linalg.norm(b - A @ a)
+    scale = np.linalg.norm(qdd) + terms
     return qdd, B, scale
 
 
@@ -193,7 +195,8 @@ UK_CASES = {
     "rank_boundary": (np.eye(12), np.linspace(-1, 1, 12), near_rank_one(0.9), np.array([1.0, -2.0, 0.5])),
     # cond(A) = 1.2, but rows 1 and 2 agree to 1e-12: Greville in row order went through cond 1e12
     "near_duplicate_rows": (np.array([[2.0, 0.3], [0.3, 1.0]]), np.array([0.5, -1.0]),
-                            np.array([[1.0, 2.0], [1.0, 2.0 + 1e-12], [3.0, -1.0]]), np.array([1.0, 1.0, 2.0])),
+                            np.array([[1.0, 2.0], [1.0, 2.0 + 1e-12], [3.0, -1.0]]),
+                            np.array([1.0, 1.0, 2.0])),
 }
 
 

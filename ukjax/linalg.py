@@ -102,7 +102,7 @@ def _check_matrix(A, name="pinv", square=False):
         kind = "square 2-D" if square else "2-D"
         raise ValueError(f"{name} expects a {kind} matrix, got shape {A.shape}; use jax.vmap for batches")
     if jnp.issubdtype(A.dtype, jnp.complexfloating):
-        raise ValueError(f"{name} expects a real matrix, got dtype {A.dtype} (complex matrices are not supported)")
+        raise ValueError(f"{name} expects a real matrix, got dtype {A.dtype} (complex is not supported)")
     if not jnp.issubdtype(A.dtype, jnp.floating):
         A = A.astype(jnp.result_type(float))
     return A
@@ -394,8 +394,8 @@ def _pinv_greville(A, rtol):
     independent row, O(mn) per step. Every A_i is then as well conditioned as the pivoted QR factors of A,
     and a dependent row is met only when all remaining rows are (numerically) in the row space.
 
-    c_i is projected twice (c_i ← c_i - (c_i A_{i-1}⁺) A_{i-1}, "twice is enough"). A_{i-1}⁺ is kept in a fixed
-    n x m array whose columns of unprocessed rows are zero, so d_i A_{i-1} needs no mask. Rank decision:
+    c_i is projected twice (c_i ← c_i - (c_i A_{i-1}⁺) A_{i-1}, "twice is enough"). A_{i-1}⁺ is kept in a
+    fixed n x m array whose columns of unprocessed rows are zero, so d_i A_{i-1} needs no mask. Rank decision:
     row i counts as dependent when ‖c_i‖ ≤ rtol · max_j ‖a_j‖ · (1 + ‖d_i‖) (the round-off of c_i grows
     with ‖d_i‖); the default rtol is :func:`default_rtol` for ``"greville"``.
     """
