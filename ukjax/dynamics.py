@@ -51,13 +51,13 @@ Forms provided, all pure functions of arrays, differentiable, ``jit``/``vmap``-a
 Rank tolerance ``rtol`` and accuracy: ``rtol`` is passed to the generalized inverse the form computes (see
 :func:`ukjax.linalg.pinv`); a float, or a traced scalar (a leaf of a parameter pytree), without derivative.
 The Cholesky form inverts G = B Bᵀ, whose eigenvalues are the squared singular values of B and whose null
-directions carry round-off of order max(m, n) eps ‖G‖ (measured: at most 0.99 max(m, n) eps ‖G‖ in float64,
-0.88 in float32, the largest of 2,400 and 7,800 exactly rank-deficient fuzzed G, pivots of G's pivoted
-Cholesky). Its default, :func:`gram_rtol`, cuts G's pivots at 10 max(m, n) eps in float64, which keeps every
-direction with σ(B)/σ_max(B) ≥ 1.6e-7 (n = 12), and at max(m, n) eps in float32 (see :func:`gram_rtol`).
+directions carry round-off of order max(m, n) eps ‖G‖. Its default, :func:`gram_rtol`, cuts G's pivots at
+10 max(m, n) eps in float64, which keeps every direction with σ(B)/σ_max(B) ≥ 1.6e-7 (n = 12), and at
+3 max(m, n) eps in float32 (σ/σ₁ ≥ 2e-3 at n = 12; see :func:`gram_rtol` for the measurements).
 Squaring costs accuracy: q̈ of the Cholesky form errs like cond(B)² eps, against cond(B) eps for the
-reference form (de Falco et al. 2008 make the same point for their eq. 35): fuzzed float64 problems with
-cond(B) ≤ 1e6 reached 1e-4 relative error with the Cholesky form and 5e-8 with ``method="svd"``. Where
+reference form: on 1,905 fuzzed float64 problems with cond(B) ≤ 1e6 (``benchmarks/linalg_fuzz.py``) the
+Cholesky form erred by up to 2e-4 relative to ‖q̈‖ (1e-5 relative to the size of the terms), the reference
+form with ``method="svd"`` by 6e-10 (6e-11). Where
 accuracy matters more than speed (cond(B) above ~1e4 in float64, ~30 in float32) use the reference form,
 ``method="svd"`` (or another :data:`ukjax.linalg.PINV_METHODS` entry), which decides rank on B itself.
 
@@ -101,15 +101,18 @@ class ConstraintForce(eqx.Module):
 
 
 def gram_rtol(m: int, n: int, dtype=jnp.float64) -> float:
-    """Default rank tolerance for G = A M⁻¹Aᵀ (pivot ≤ rtol · max G_ii counts as zero): c max(m, n) eps with
-    c = 10 in float64 and c = 1 in float32.
+    """Default rank tolerance for G = A M⁻¹Aᵀ (a pivot ≤ rtol · max G_ii counts as zero): c max(m, n) eps with
+    c = 10 in float64 and c = 3 in float32.
 
-    G's round-off pivots stay below max(m, n) eps relative (module docstring), so c = 10 leaves a margin of 10
-    in float64, where real directions of well-conditioned B (cond(B) ≤ 1e6, pivots ≥ 500 max(m, n) eps) are
-    far above. In float32 the real pivots of B with cond(B) ≤ 1e3 start at 0.76 max(m, n) eps: c = 10 dropped
-    4.5 % of them (pivots up to 3.7e-3 σ₁ in σ terms, leaving A q̈ = b broken by up to 100 %), c = 1 dropped
-    0.1 % and kept no round-off pivot (``benchmarks/linalg_fuzz.py``, float32 counts). For more float32
-    accuracy use the reference form (``method="svd"``), which cuts B's singular values at max(m, n) eps.
+    Measured on fuzzed G from exactly rank-deficient B (pivots of G's pivoted Cholesky in units of
+    max(m, n) eps · max G_ii): round-off pivots reached 0.99 in float64 (2,431 null directions) and 2.6 in
+    float32 (7,888); real pivots of B with cond(B) ≤ 1e6 start at 509 in float64, so c = 10 has margins of 10
+    and 50. In float32 the real pivots of B with cond(B) ≤ 1e3 start at 0.54 and overlap the round-off: of
+    10,000 such problems, c = 10 (the former float32 default) dropped 398 real directions (4 %, up to
+    σ/σ₁ ≈ 3.5e-3, breaking A q̈ = b by up to 70 %), c = 3 dropped 130 (1.3 %) and kept no round-off pivot,
+    c = 1 dropped 12 but kept 2 round-off pivots (q̈ of order 1/√eps). Dropping a direction breaks one
+    constraint equation; keeping round-off wrecks q̈, hence c = 3. For float32 rank decisions as good as
+    the SVD's (cut at max(m, n) eps on σ, not σ²) use the reference form, ``method="svd"``.
     """
     c = 3.0 if jnp.dtype(dtype) == jnp.float32 else 10.0
     return c * max(m, n, 1) * float(jnp.finfo(dtype).eps)
