@@ -26,6 +26,7 @@ Each run goes in a subprocess with a timeout; a run that does not finish in time
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import time
@@ -61,15 +62,22 @@ print(f"finished {(time.perf_counter() - t) / iters * 1e3:.3f} ms per call", flu
 """
 
 
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_once(impl, n=12, batch=1024, k=4, iters=200, timeout=60.0):
-    """(finished, seconds, stdout tail) of one run in a fresh interpreter."""
+    """(finished, seconds, stdout tail) of one run in a fresh interpreter; the tail of a run that timed out
+    gives the CPU seconds it used (a deadlocked run sits idle: a few CPU seconds in a long wall time; a run
+    that is only slow on a loaded machine keeps using CPU)."""
     cmd = [sys.executable, "-c", CHILD, impl, str(n), str(batch), str(k), str(iters)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                              cwd=Path(__file__).resolve().parents[1])
     except subprocess.TimeoutExpired:
-        return False, time.perf_counter() - start, "timeout"
+        return False, time.perf_counter() - start, f"timeout after {_children_cpu() - cpu:.1f} CPU s"
     tail = (out.stdout + out.stderr).strip().splitlines()[-1:] or [""]
     return out.returncode == 0 and "finished" in out.stdout, time.perf_counter() - start, tail[0]
 

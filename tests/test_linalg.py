@@ -106,8 +106,8 @@ def test_accuracy_ill_conditioned(method):
 
     The exact A⁺ = V Σ⁻¹ Uᵀ of A = U Σ Vᵀ is known; storing A rounds it by ~eps, which moves A⁺ by ~cond·eps
     relative, so that is the floor for every method. Measured (20 matrices): SVD, Householder, Varga
-    ≤ 4e-11 = 0.2 cond·eps, MGS ≤ 9e-11 (its Q loses orthogonality like cond·eps, about twice the others'
-    error; seed 004 reports MGS as the least accurate of its QR methods), Greville ≤ 1e-7 = 5e-4 cond²·eps.
+    ≤ 4e-11 = 0.2 cond·eps, plain MGS ≤ 9e-11 (its Q loses orthogonality like cond·eps; ukjax's MGS is now
+    reorthogonalized, the 3 cond·eps bound stays), Greville ≤ 1e-7 = 5e-4 cond²·eps.
     """
     cond = 1e6
     rng = np.random.default_rng(1)

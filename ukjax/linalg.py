@@ -20,7 +20,9 @@ is a ``lax.fori_loop`` over columns (or rows) whose body works on the whole fixe
 compiled 5-20x slower (5-90 s at 12 x 12 to 30 x 30) and ran no faster; as ``fori_loop`` every method
 compiles in about 1 s at any size up to 30 x 30, and the loop bodies still fuse across the batch. Per matrix,
 the QR methods take 0.3 µs at 2 x 3 (``jnp.linalg.pinv``: 1.4 µs), 6-9 µs at 12 x 12 (11 µs) and about the
-same as LAPACK at 19 x 28 (~32 µs); Greville is fastest throughout (``benchmarks/pinv_methods.py``).
+same as LAPACK at 19 x 28 (~32 µs); Greville is fastest throughout (``benchmarks/pinv_methods.py``;
+measured before Greville's row pivoting and MGS's reorthogonalization, which add O(mn) and O(mk) work per
+step).
 :func:`cholesky` and :func:`cho_solve` are the exception: for n ≤ 8 they are unrolled into scalar
 operations, which fuse into one elementwise kernel across the batch (Cholesky + solve 4.7x faster than
 batched LAPACK at n = 4, 2x at n = 8; at n = 12 only 1.3x for 25x the compile time, slower at 16); above
