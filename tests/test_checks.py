@@ -180,3 +180,20 @@ def test_predicates_against_numpy():
         assert bool(_checks.motion_is_unique(jnp.asarray(W.T @ W), jnp.asarray(A))) == (stacked_rank == 5)
     assert bool(_checks.is_positive_semidefinite(jnp.asarray(W.T @ W)))
     assert not bool(_checks.is_positive_semidefinite(INDEFINITE))
+
+
+def test_invalid_rtol_raises_and_non_finite_gives_nan():
+    """A concrete negative or NaN rtol raises ValueError naming rtol (it used to give a wrong residual);
+    non-finite A or b gives a NaN residual (it used to run LAPACK's SVD on inf, which did not return; the
+    subprocess check is in test_linalg) and False flags, never NaN flags."""
+    A, b = jnp.array([[1.0, 2.0], [2.0, 4.0]]), jnp.array([1.0, 2.0])
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="rtol"):
+            _checks.constraint_consistency(A, b, rtol=bad)
+        with pytest.raises(ValueError, match="rtol"):
+            _checks.input_status(jnp.eye(2), jnp.zeros(2), A, b, rtol=bad)
+        with pytest.raises(ValueError, match="rtol"):
+            _checks.motion_is_unique(jnp.eye(2), A, rtol=bad)
+    assert np.isnan(_checks.constraint_consistency(A, b.at[0].set(jnp.nan)))
+    assert float(_checks.constraint_consistency(A, b)) <= 1e-14  # consistent: round-off only
+    assert not bool(_checks.is_positive_definite(jnp.eye(2).at[0, 0].set(jnp.inf)))

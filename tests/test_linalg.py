@@ -106,8 +106,8 @@ def test_accuracy_ill_conditioned(method):
 
     The exact A⁺ = V Σ⁻¹ Uᵀ of A = U Σ Vᵀ is known; storing A rounds it by ~eps, which moves A⁺ by ~cond·eps
     relative, so that is the floor for every method. Measured (20 matrices): SVD, Householder, Varga
-    ≤ 4e-11 = 0.2 cond·eps, MGS ≤ 9e-11 (its Q loses orthogonality like cond·eps, about twice the others'
-    error; seed 004 reports MGS as the least accurate of its QR methods), Greville ≤ 1e-7 = 5e-4 cond²·eps.
+    ≤ 4e-11 = 0.2 cond·eps, plain MGS ≤ 9e-11 (its Q loses orthogonality like cond·eps; ukjax's MGS is now
+    reorthogonalized, the 3 cond·eps bound stays), Greville ≤ 1e-7 = 5e-4 cond²·eps.
     """
     cond = 1e6
     rng = np.random.default_rng(1)
@@ -387,3 +387,119 @@ def test_small_matmul_matches_numpy(a_shape, b_shape):
     np.testing.assert_allclose(jnp.sum(jax.grad(loss)(a[0]) * a[1]), fd, rtol=1e-8)
     with pytest.raises(ValueError, match="small_matmul"):
         small_matmul(a[0], jnp.ones((a_shape[-1] + 1,)))
+
+
+# ------------------------------------------------- issue 15: hangs, bad arguments, rank decisions, accuracy
+
+HANG_CHILD = r"""
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+from ukjax.linalg import pinv, psd_pinv, matrix_rank
+from ukjax._checks import constraint_consistency, input_status, motion_is_unique, is_positive_semidefinite
+A = jnp.eye(3).at[0, 1].set(jnp.inf)
+out = {
+    "pinv": pinv(A), "pinv_jit_vmap": jax.jit(jax.vmap(pinv))(jnp.stack([A, jnp.eye(3)]))[0],
+    "psd_pinv": psd_pinv(A), "consistency": constraint_consistency(A, jnp.ones(3)),
+    "consistency_vmap": jax.jit(jax.vmap(constraint_consistency))(jnp.stack([A, A]), jnp.ones((2, 3)))[0],
+}
+assert all(bool(jnp.all(jnp.isnan(v))) for v in out.values()), out
+assert int(matrix_rank(A)) == -1 and int(jax.jit(jax.vmap(matrix_rank))(jnp.stack([A, A]))[0]) == -1
+s = input_status(jnp.eye(3), jnp.ones(3), A, jnp.ones(3))
+assert not bool(s.finite) and not bool(s.constraints_consistent) and bool(s.mass_positive_definite)
+assert not bool(motion_is_unique(A, A)) and not bool(is_positive_semidefinite(A))
+print("returned")
+"""
+
+
+def test_non_finite_input_returns_without_entering_lapack():
+    """A 3 x 3 matrix holding one inf: LAPACK's SVD never returned on it (pinv, matrix_rank,
+    constraint_consistency, also under jit(vmap)); now every function returns NaN (rank -1, flags False).
+    Run in a subprocess with a timeout, so that a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run([sys.executable, "-c", HANG_CHILD], capture_output=True, text=True, timeout=120,
+                             cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("a linear-algebra function did not return on a matrix holding inf (LAPACK loop)")
+    assert out.returncode == 0 and "returned" in out.stdout, out.stderr[-2000:]
+
+
+def test_complex_matrix_and_invalid_rtol_raise():
+    """Complex A was silently cast to its real part (wrong by 6.5 relative); a negative or NaN rtol gave a
+    wrong A⁺ (rtol = -1 keeps zero singular values as rank). Both now raise ValueError naming the argument;
+    a traced invalid rtol, which cannot be checked on the host, gives an all-NaN result (rank -1)."""
+    A = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(ValueError, match="real matrix"):
+        pinv(A.astype(jnp.complex128) * (1 + 1j))
+    with pytest.raises(ValueError, match="real matrix"):
+        matrix_rank(A.astype(jnp.complex128))
+    for bad in (-1.0, float("nan"), jnp.array([1e-3, 1e-3]), 1j):
+        for fn in (lambda r: pinv(A, rtol=r), lambda r: pinv(A, "greville", rtol=r),
+                   lambda r: psd_pinv(A @ A.T, rtol=r), lambda r: matrix_rank(A, rtol=r)):
+            with pytest.raises(ValueError, match="rtol"):
+                fn(bad)
+    for method in ("svd", "householder"):
+        for bad in (-1.0, jnp.nan):
+            assert np.all(np.isnan(pinv_jit(A, jnp.asarray(bad), method)))
+    assert np.all(np.isnan(psd_pinv_batch(jnp.stack([A @ A.T]), jnp.asarray(-1.0))))
+    assert int(jax.jit(matrix_rank)(A, jnp.asarray(jnp.nan))) == -1
+
+
+def test_greville_pivoted_rows_near_duplicate():
+    """Rows (1, 2), (1, 2 + 1e-12), (3, -1): cond(A) = 1.2, but the seed's top-to-bottom recursion goes
+    through A_2 of cond 1e12 and was off by 7.8e-4 relative; in pivoted order it agrees with NumPy to
+    round-off (1e-14 allows ~50 eps)."""
+    A = jnp.array([[1.0, 2.0], [1.0, 2.0 + 1e-12], [3.0, -1.0]])
+    reference = np.linalg.pinv(np.asarray(A))
+    P = pinv(A, "greville")
+    assert np.abs(np.asarray(P) - reference).max() <= 1e-14 * np.abs(reference).max()
+
+
+def near_rank_one(delta_units):
+    """3 x 12 matrix u 1ᵀ + δ w zᵀ with σ₂/σ₁ = delta_units · max(m, n) eps (below the SVD's cut for < 1).
+
+    All twelve columns have about the same norm, so the first QR pivot is σ₁/√12 and the second pivot,
+    relative to it, is √12/√2 ≈ 2.4 times σ₂/σ₁: above the SVD's cut although σ₂ is below it.
+    """
+    u = np.array([1.0, 2.0, 2.0]) / 3.0
+    w = np.array([2.0, -1.0, 0.0]) / np.sqrt(5.0)
+    z = np.zeros(12)
+    z[0], z[1] = 1 / np.sqrt(2), -1 / np.sqrt(2)
+    sigma1 = np.sqrt(12.0)
+    delta = delta_units * 12 * EPS * sigma1
+    return np.outer(u, np.ones(12)) + delta * np.outer(w, z)
+
+
+@pytest.mark.parametrize("method", PINV_METHODS)
+def test_default_rank_decision_matches_svd_near_the_cut(method):
+    """σ₂/σ₁ = 0.9 max(m, n) eps: the SVD drops σ₂; at the SVD's tolerance the QR pivot of that direction
+    (2.2 times larger) was kept, giving A⁺ with entries ~1e15. With each method's default tolerance
+    (10 max(m, n) eps for the non-SVD methods) all agree with NumPy's rank-1 A⁺ to 1e-12 relative (the
+    rank-1 matrices they invert differ by O(σ₂), A⁺ by O(σ₂/σ₁²) ~ 1e-15)."""
+    A = jnp.asarray(near_rank_one(0.9))
+    reference = np.linalg.pinv(np.asarray(A), rtol=default_rtol(A.shape, jnp.float64))
+    assert np.linalg.matrix_rank(np.asarray(A)) == 1
+    P = np.asarray(pinv(A, method))
+    assert np.abs(P - reference).max() <= 1e-12 * np.abs(reference).max(), method
+    if method in ("householder", "mgs", "varga"):  # the old default: the SVD's tolerance on QR pivots
+        P_old = np.asarray(pinv(A, method, rtol=default_rtol(A.shape, jnp.float64)))
+        assert np.abs(P_old).max() > 1e10 * np.abs(reference).max()
+
+
+def test_batched_cholesky_does_not_deadlock():
+    """jit(vmap) of four independent 12 x 12 Cholesky factorizations (batch 1024), 200 calls, in a fresh
+    process: with jnp.linalg.cholesky (jaxlib 0.10.2 batched LAPACK) such runs hung in 3 of 6 tries of 200
+    calls on 2 cores (XLA:CPU pool threads all blocked in jax::ParallelBatchMap; see
+    benchmarks/lapack_batch_deadlock.py). ukjax.linalg.cholesky, which calls no LAPACK, must finish."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from lapack_batch_deadlock import run_once
+
+    finished, seconds, tail = run_once("ukjax", iters=200, timeout=120.0)
+    assert finished, f"ukjax.linalg.cholesky under jit(vmap) did not finish in {seconds:.0f} s: {tail}"

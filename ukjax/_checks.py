@@ -28,7 +28,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ukjax.linalg import pinv
+from ukjax.linalg import _finite_or_zero, check_rtol, cholesky, pinv
 
 SYMMETRY_RTOL = 1e-10
 """M counts as symmetric when max|M - Mᵀ| <= rtol max|M|, rtol = max(SYMMETRY_RTOL, 100 eps)."""
@@ -138,29 +138,41 @@ def is_symmetric(M, rtol=None) -> jax.Array:
 
 
 def is_positive_definite(M) -> jax.Array:
-    """Cholesky of (M + Mᵀ)/2 succeeds with every pivot L_ii² above n eps max_i M_ii (numerically PD)."""
+    """Cholesky of (M + Mᵀ)/2 succeeds with every pivot L_ii² above n eps max_i M_ii (numerically PD).
+
+    False for non-finite M. The factorization is :func:`ukjax.linalg.cholesky` (no LAPACK call, which can
+    deadlock under ``vmap`` with jaxlib 0.10) and runs on a zeroed matrix when M is not finite.
+    """
     n = M.shape[0]
-    L = jnp.linalg.cholesky(symmetric_part(M))
-    floor = n * jnp.finfo(M.dtype).eps * jnp.max(jnp.diagonal(M), initial=0.0)
-    return jnp.all(jnp.isfinite(L)) & jnp.all(jnp.diagonal(L) ** 2 > floor)
+    M0, finite = _finite_or_zero(M)
+    L = cholesky(symmetric_part(M0))
+    floor = n * jnp.finfo(M.dtype).eps * jnp.max(jnp.diagonal(M0), initial=0.0)
+    return finite & jnp.all(jnp.isfinite(L)) & jnp.all(jnp.diagonal(L) ** 2 > floor)
 
 
 def is_positive_semidefinite(M) -> jax.Array:
-    """Every eigenvalue of (M + Mᵀ)/2 is >= -10 n eps max|λ| (the round-off of an exactly singular M)."""
-    w = jnp.linalg.eigvalsh(symmetric_part(M))
-    return jnp.all(w >= -10 * M.shape[0] * jnp.finfo(M.dtype).eps * jnp.max(jnp.abs(w), initial=0.0))
+    """Every eigenvalue of (M + Mᵀ)/2 is >= -10 n eps max|λ| (the round-off of an exactly singular M).
+
+    False for non-finite M, without running LAPACK's eigensolver on it (which may not return on inf).
+    """
+    M0, finite = _finite_or_zero(M)
+    w = jnp.linalg.eigvalsh(symmetric_part(M0))
+    tol = 10 * M.shape[0] * jnp.finfo(M.dtype).eps * jnp.max(jnp.abs(w), initial=0.0)
+    return finite & jnp.all(w >= -tol)
 
 
 def motion_is_unique(M, A, rtol=None) -> jax.Array:
     """rank [M; A] = n: the condition under which M q̈ = Q + Q^c, A q̈ = b fix q̈ for a semidefinite M.
 
     Rank decided as :func:`ukjax.linalg.pinv` does: singular values above ``rtol`` times the largest
-    (``rtol=None``: (n + m) eps), so M and A should be on comparable scales.
+    (``rtol=None``: (n + m) eps), so M and A should be on comparable scales. False for non-finite input (the
+    SVD is not run on it) and for a traced negative or NaN ``rtol``; a concrete one raises ``ValueError``.
     """
-    stacked = jnp.concatenate([symmetric_part(M), A], axis=0)
+    check_rtol(rtol, "motion_is_unique")
+    stacked, finite = _finite_or_zero(jnp.concatenate([symmetric_part(M), A], axis=0))
     s = jnp.linalg.svd(stacked, compute_uv=False)
     rtol = max(stacked.shape) * _eps(M) if rtol is None else rtol
-    return s[-1] > rtol * s[0]
+    return finite & (rtol >= 0) & (s[-1] > rtol * s[0])
 
 
 def constraint_consistency(A, b, *, rtol=None) -> jax.Array:
@@ -168,13 +180,15 @@ def constraint_consistency(A, b, *, rtol=None) -> jax.Array:
 
     Liu et al. (2015) state consistency as A A⁺ b = b; this residual is the distance of b from range(A),
     which simulations report at every step. ``rtol`` is the rank tolerance of A⁺. At a consistent b the
-    derivative is the subgradient 0 rather than the NaN of d‖r‖ at r = 0.
+    derivative is the subgradient 0 rather than the NaN of d‖r‖ at r = 0. Non-finite A or b gives NaN
+    (A⁺ is then all NaN and the SVD is not run on A).
     """
     A, b = _as_float(A), _as_float(b)
     if A.ndim != 2 or b.shape != (A.shape[0],):
         raise ValueError(
             f"constraint_consistency: need A (m, n), b (m,), got A.shape={A.shape}, b.shape={b.shape}"
         )
+    check_rtol(rtol, "constraint_consistency")
     return _consistency_residual(A, b, rtol)
 
 
@@ -183,7 +197,7 @@ def _consistency_residual(A, b, rtol):
     r = A @ (pinv(A, "svd", rtol) @ b) - b
     r2 = jnp.sum(r * r)
     positive = r2 > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0 * r2)  # NaN stays NaN
 
 
 class InputStatus(eqx.Module):
@@ -210,6 +224,7 @@ def input_status(
     A non-finite input makes every flag that depends on it False.
     """
     M, Q, A, b, c = validate_system("input_status", M, Q, A, b, c)
+    check_rtol(rtol, "input_status")
     if consistency_rtol is None:
         consistency_rtol = max(CONSISTENCY_RTOL, _eps(b) ** 0.5)
     return _input_status(M, Q, A, b, c, rtol, symmetry_rtol, consistency_rtol)
