@@ -148,3 +148,16 @@ def test_no_runtime_callbacks_unless_throw():
     assert "callback" not in plain
     thrown = jax.jit(lambda q: simulate(CIRCLE, q, qd0, P, t1=1.0, dt=0.01, throw=True).q).lower(q0).as_text()
     assert "callback" in thrown
+
+
+def test_invalid_rank_tolerance_is_refused_by_every_uk_form():
+    M, Q, A, b = jnp.eye(2), jnp.ones(2), jnp.ones((1, 2)), jnp.ones(1)
+    for rtol in (-1.0, float("nan")):
+        for call in (
+            lambda: ukjax.uk_acceleration(M, Q, A, b, rtol=rtol),
+            lambda: ukjax.uk_acceleration(M, Q, A, b, method="greville", rtol=rtol),
+            lambda: ukjax.kkt_acceleration(M, Q, A, b, rtol=rtol),
+            lambda: ukjax.recursive_uk_acceleration(M, Q, [(A, b)], rtol=rtol),
+        ):
+            with pytest.raises(ValueError, match="rtol must be a real finite number"):
+                call()

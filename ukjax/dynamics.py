@@ -78,7 +78,7 @@ import jax.numpy as jnp
 
 from ukjax._checks import constraint_consistency as constraint_consistency
 from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
-from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv, small_matmul
+from ukjax.linalg import PINV_METHODS, check_rtol, cho_solve, cholesky, pinv, psd_pinv, small_matmul
 
 ACCELERATION_METHODS = ("cholesky",) + tuple(PINV_METHODS)
 """Values of ``method`` for :func:`uk_acceleration`: the Cholesky form or a generalized-inverse algorithm."""
@@ -276,6 +276,7 @@ def _checked(program, *args, check, **static):
 
 
 def _uk(where, M, Q, A, b, c, method, rtol, check):
+    check_rtol(rtol, where)
     if method not in ACCELERATION_METHODS:
         raise ValueError(f"{where}: unknown method {method!r}; choose one of {ACCELERATION_METHODS}")
     M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
@@ -351,6 +352,7 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     for a semidefinite M with rank [M; A] = n. The baseline the UK forms are compared with: an SVD of size
     n + m. ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
     """
+    check_rtol(rtol, "kkt_acceleration")
     M, Q, A, b, _ = validate_system("kkt_acceleration", M, Q, A, b)
     return _checked(_kkt, M, Q, A, b, rtol, check=bool(check))
 
@@ -386,6 +388,7 @@ def singular_mass_acceleration(
     ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
     """
     where = "singular_mass_acceleration"
+    check_rtol(rtol, where)
     if form not in SINGULAR_MASS_FORMS:
         raise ValueError(f"{where}: unknown form {form!r}; choose one of {SINGULAR_MASS_FORMS}")
     M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
@@ -446,6 +449,7 @@ def recursive_uk_acceleration(
         q̈, or (q̈, P) when ``return_covariance``.
     """
     where = "recursive_uk_acceleration"
+    check_rtol(rtol, where)
     if covariance_update not in ("joseph", "simple"):
         raise ValueError(f"{where}: covariance_update must be joseph or simple, not {covariance_update!r}")
     M, Q, _, _, _ = validate_system(where, M, Q)
