@@ -50,6 +50,7 @@ t1 = 1.0
 solver = "Heun"
 max_steps = 60
 num_saves = 11
+constraint_rtol = 1.0   # coarse Heun steps (20-50 ms) leave |φ| far above 1e-6: this test is about m <= 0
 
 [vary]
 "params.mass" = { dist = "uniform", low = -0.2, high = 2.0 }   # m <= 0 fails (M not positive definite)
@@ -284,6 +285,7 @@ def test_rows_match_an_independent_simulation(reference):
             dt=row["integrator.dt"],
             solver=__import__("diffrax").Heun(),
             max_steps=60,
+            constraint_rtol=1.0,
         )
         assert int(sol.status) == row["status"]
         if row["status"] == 0:

@@ -154,10 +154,10 @@ def test_invalid_rank_tolerance_is_refused_by_every_uk_form():
     M, Q, A, b = jnp.eye(2), jnp.ones(2), jnp.ones((1, 2)), jnp.ones(1)
     for rtol in (-1.0, float("nan")):
         for call in (
-            lambda: ukjax.uk_acceleration(M, Q, A, b, rtol=rtol),
-            lambda: ukjax.uk_acceleration(M, Q, A, b, method="greville", rtol=rtol),
-            lambda: ukjax.kkt_acceleration(M, Q, A, b, rtol=rtol),
-            lambda: ukjax.recursive_uk_acceleration(M, Q, [(A, b)], rtol=rtol),
+            lambda r: ukjax.uk_acceleration(M, Q, A, b, rtol=r),
+            lambda r: ukjax.uk_acceleration(M, Q, A, b, method="greville", rtol=r),
+            lambda r: ukjax.kkt_acceleration(M, Q, A, b, rtol=r),
+            lambda r: ukjax.recursive_uk_acceleration(M, Q, [(A, b)], rtol=r),
         ):
             with pytest.raises(ValueError, match="rtol must be a real finite number"):
-                call()
+                call(rtol)

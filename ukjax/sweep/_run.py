@@ -110,6 +110,7 @@ def _simulate(model, static, numbers, q0, qd0, params) -> tuple[Solution, jax.Ar
         atol=numbers["atol"],
         pinv_rtol=numbers.get("pinv_rtol"),
         consistency_rtol=numbers["consistency_rtol"],
+        constraint_rtol=numbers["constraint_rtol"],
         solver=solver_class(static["solver"])(),
         max_steps=static["max_steps"],
         method=static["method"],

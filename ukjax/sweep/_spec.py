@@ -36,7 +36,7 @@ grid cell, the same draws in every cell (common random numbers: cells differ by 
 axes over parameters or the initial state vary inside one compiled program. Grid axes over integrator options
 split the sweep into sub-sweeps run one after the other: ``method``, ``solver``, ``uk_solver`` and
 ``max_steps`` change the compiled program (one compile per combination); ``dt``, ``rtol``, ``atol``,
-``pinv_rtol``, ``t1`` and ``consistency_rtol`` do not.
+``pinv_rtol``, ``t1``, ``consistency_rtol`` and ``constraint_rtol`` do not.
 
 Every check that can be made from the spec and the model (unknown leaf or field, negative std, N <= 0, unknown
 model, index out of range) raises ``ValueError`` naming the field, before anything is compiled.
@@ -60,7 +60,7 @@ import numpy as np
 import tomllib
 
 from ukjax.dynamics import ACCELERATION_METHODS
-from ukjax.simulation import DEFAULT_CONSISTENCY_RTOL, DEFAULT_MAX_STEPS
+from ukjax.simulation import DEFAULT_CONSISTENCY_RTOL, DEFAULT_CONSTRAINT_RTOL, DEFAULT_MAX_STEPS
 
 DISTRIBUTIONS = {
     "uniform": ({"low", "high"}, set()),
@@ -74,7 +74,7 @@ DISTRIBUTIONS = {
 
 STATIC_INTEGRATOR = ("method", "solver", "uk_solver", "max_steps")
 """Integrator options that change the compiled program (a grid over them: one compile per value)."""
-NUMBER_INTEGRATOR = ("t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol")
+NUMBER_INTEGRATOR = ("t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol", "constraint_rtol")
 """Integrator options that are traced numbers (a grid over them reuses the compiled program)."""
 INTEGRATOR_DEFAULTS = {
     "t0": 0.0,
@@ -86,6 +86,7 @@ INTEGRATOR_DEFAULTS = {
     "uk_solver": "uk",
     "pinv_rtol": None,
     "consistency_rtol": DEFAULT_CONSISTENCY_RTOL,
+    "constraint_rtol": DEFAULT_CONSTRAINT_RTOL,
     "solver": "Tsit5",
     "num_saves": 101,
 }
