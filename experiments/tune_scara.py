@@ -1,16 +1,8 @@
-"""Tuning study `scara` (see ukjax/studies/tune_scara.py): the same as `ukjax tune scara`.
+"""`ukjax tune scara`: history, figures and metrics.json in --out
+(default ukjax-results/tune_scara)."""
 
-Writes history.json/csv, figures and metrics.json into --out (default ukjax-results/tune_scara); the committed
-results/tune_scara/metrics.json came from `python experiments/tune_scara.py --out results/tune_scara`.
-"""
+import sys
 
-import argparse
+from ukjax.cli import main
 
-import ukjax
-from ukjax.studies import tune_scara as study
-
-if __name__ == "__main__":
-    ukjax.enable_float64()
-    parser = argparse.ArgumentParser(description=study.DESCRIPTION)
-    study.add_arguments(parser)
-    study.run(parser.parse_args())
+sys.exit(main(["tune", "scara", *sys.argv[1:]]))

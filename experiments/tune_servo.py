@@ -1,16 +1,8 @@
-"""Tuning study `servo` (see ukjax/studies/tune_servo.py): the same as `ukjax tune servo`.
+"""`ukjax tune servo`: history, figures and metrics.json in --out
+(default ukjax-results/tune_servo)."""
 
-Writes history.json/csv, figures and metrics.json into --out (default ukjax-results/tune_servo); the committed
-results/tune_servo/metrics.json came from `python experiments/tune_servo.py --out results/tune_servo`.
-"""
+import sys
 
-import argparse
+from ukjax.cli import main
 
-import ukjax
-from ukjax.studies import tune_servo as study
-
-if __name__ == "__main__":
-    ukjax.enable_float64()
-    parser = argparse.ArgumentParser(description=study.DESCRIPTION)
-    study.add_arguments(parser)
-    study.run(parser.parse_args())
+sys.exit(main(["tune", "servo", *sys.argv[1:]]))
