@@ -26,22 +26,37 @@ ADAPTIVE = tune.simulation_options(t1=1.0, num_saves=51, rtol=1e-11, atol=1e-11)
 
 
 def _batch(offsets, m1=None):
-    """Scenarios starting off the servo constraint x2 - x1 = 2l by ``offsets``; per-scenario m1 if given."""
+    """Scenarios starting off the servo constraint x2 - x1 = 2l by ``offsets``, with per-scenario parameters
+    (m1 as given, else the default), so that every batch of one size shares one compiled program."""
     offsets = jnp.asarray(offsets)
     q0 = jnp.stack([jnp.zeros_like(offsets), 2.0 * BASE["l"] + offsets], axis=1)
     qd0 = jnp.zeros_like(q0).at[:, 1].set(0.3)
-    params = None
+    params = {k: jnp.broadcast_to(v, (offsets.shape[0], *jnp.shape(v))) for k, v in BASE.items()}
     if m1 is not None:
-        params = {k: jnp.broadcast_to(v, (len(offsets), *jnp.shape(v))) for k, v in BASE.items()}
         params["m1"] = jnp.asarray(m1)
     return tune.Scenarios(q0, qd0, params)
 
 
 BATCH = _batch([0.2, -0.1, 0.05])
+_COMPILED = {}
 
 
-def _loss(theta, batch, options, risk=None):
-    return float(tune.batch_loss(SYSTEM, SPACE, theta, batch, OBJECTIVE, options=options, risk=risk)[0])
+def _compiled(kind, options, risk=None):
+    """One jitted loss / value-and-grad per (kind, options, risk), shared by the tests."""
+    key = (kind, id(options), risk)
+    if key not in _COMPILED:
+        if kind == "loss":
+            fn = lambda th, b: tune.batch_loss(SYSTEM, SPACE, th, b, OBJECTIVE, options=options, risk=risk)[0]
+        else:
+            fn = lambda th, b: tune.batch_value_and_grad(
+                SYSTEM, SPACE, th, b, OBJECTIVE, options=options, risk=risk, failure_penalty=0.5
+            )
+        _COMPILED[key] = jax.jit(fn)
+    return _COMPILED[key]
+
+
+def _loss(theta, batch, options):
+    return float(_compiled("loss", options)(theta, batch))
 
 
 @pytest.mark.parametrize("options", [FIXED, ADAPTIVE], ids=["fixed_step", "adaptive"])
@@ -51,9 +66,7 @@ def test_gradient_matches_central_differences(options):
     # adds O(rtol / h) = 1e-6 noise; tolerance 1e-7 (fixed) and 1e-5 (adaptive) relative to the gradient norm.
     theta = SPACE.init()
     theta = {"alpha": theta["alpha"] + 0.1, "beta": theta["beta"] - 0.2}
-    loss, info, grad = jax.jit(
-        lambda th: tune.batch_value_and_grad(SYSTEM, SPACE, th, BATCH, OBJECTIVE, options=options)
-    )(theta)
+    loss, info, grad = _compiled("grad", options)(theta, BATCH)
     assert int(info["failures"]) == 0
     h = 1e-5
     fd = {}
@@ -75,29 +88,28 @@ def test_failed_scenario_is_masked_counted_and_does_not_poison_the_gradient():
     m1 = float(BASE["m1"])
     with_failure = _batch([0.2, 0.1, -0.1], m1=[m1, float("nan"), m1 * 1.1])
     good_only = _batch([0.2, -0.1], m1=[m1, m1 * 1.1])
-    risk = tune.Mean()
-    loss, info, grad = tune.batch_value_and_grad(
-        SYSTEM, SPACE, theta, with_failure, OBJECTIVE, options=FIXED, risk=risk, failure_penalty=0.5
-    )
-    ref_loss, ref_info, ref_grad = tune.batch_value_and_grad(
-        SYSTEM, SPACE, theta, good_only, OBJECTIVE, options=FIXED, risk=risk
-    )
+    loss, info, grad = _compiled("grad", FIXED)(theta, with_failure)
+    ref_loss, ref_info, ref_grad = _compiled("grad", FIXED)(theta, good_only)
     assert int(info["failures"]) == 1 and int(ref_info["failures"]) == 0
     assert np.asarray(info["status"])[1] != 0
     assert np.isfinite(float(loss))
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-13)
+    # the reported loss adds the penalty 0.5 per failed fraction; the gradient does not see it
     np.testing.assert_allclose(float(info["loss"]), float(ref_loss) + 0.5 / 3, rtol=1e-13)
     assert_tree_allclose(grad, ref_grad, rtol=1e-12, atol=0.0)
-    # the same through the other risk measures
-    for other in (tune.CVaR(0.5), tune.SmoothWorst(5.0)):
-        value, _, g = tune.batch_value_and_grad(
-            SYSTEM, SPACE, theta, with_failure, OBJECTIVE, options=FIXED, risk=other
-        )
-        ref_value, _, ref_g = tune.batch_value_and_grad(
-            SYSTEM, SPACE, theta, good_only, OBJECTIVE, options=FIXED, risk=other
-        )
-        np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-12)
-        assert_tree_allclose(g, ref_g, rtol=1e-10, atol=0.0)
+
+
+@pytest.mark.parametrize("risk", [tune.Mean(), tune.CVaR(0.5), tune.SmoothWorst(5.0)], ids=str)
+def test_risk_measures_ignore_failed_entries_in_value_and_gradient(risk):
+    # The failed entry holds NaN: the value equals that of the successful entries alone, and its weight
+    # in the gradient (∂risk/∂L_i) is exactly zero, so the pullback's 0 · NaN never reaches the sum.
+    losses = jnp.asarray([3.0, jnp.nan, 7.0, 2.0])
+    ok = jnp.asarray([True, False, True, True])
+    value, weights = jax.value_and_grad(lambda L: risk(L, ok))(losses)
+    ref_value, ref_weights = jax.value_and_grad(lambda L: risk(L, jnp.ones(3, bool)))(losses[ok])
+    assert float(value) == pytest.approx(float(ref_value), rel=1e-14)
+    assert float(weights[1]) == 0.0
+    np.testing.assert_allclose(np.asarray(weights)[np.asarray(ok)], np.asarray(ref_weights), rtol=1e-14)
 
 
 def test_risk_measures_against_numpy():
@@ -152,12 +164,14 @@ def test_parametrization_positivity_bounds_sharing_and_errors():
     assert tune.Parametrization(p, mask).names == ("a",)
     for bad, match in (
         ({"nope": tune.log()}, "not a leaf"),
-        ({"a": tune.box(3.0, 1.0)}, "lower must be smaller"),
         ({"arm/g": tune.free(shared=True), "a": "log"}, "Transform"),
+        ({"a": True}, "same pytree structure"),
         ({}, "nothing to tune"),
     ):
         with pytest.raises(ValueError, match=match):
             tune.Parametrization(p, bad)
+    with pytest.raises(ValueError, match="lower must be smaller"):
+        tune.box(3.0, 1.0)
     with pytest.raises(ValueError, match="positive initial value"):
         tune.Parametrization({"a": jnp.asarray(-1.0)}, ["a"]).init()
     with pytest.raises(ValueError, match="entries differ"):

@@ -101,9 +101,10 @@ def _broadcast(theta, size):
 def _summary(loss, losses, ok, parts, status, penalty):
     n_fail = jnp.sum(~ok)
     size = ok.shape[0]
-    mean_parts = {k: jnp.sum(jnp.where(ok, v, 0.0)) / jnp.maximum(jnp.sum(ok), 1) for k, v in parts.items()}
+    n_ok = jnp.maximum(jnp.sum(ok.astype(losses.dtype)), 1.0)
+    mean_parts = {k: jnp.sum(jnp.where(ok, v, 0.0)) / n_ok for k, v in parts.items()}
     return dict(
-        loss=loss + penalty * n_fail / size,
+        loss=loss + penalty * n_fail.astype(losses.dtype) / size,
         risk=loss,
         failures=n_fail,
         status=status,
@@ -172,7 +173,9 @@ def _compiled_value_and_grad(system, space, theta, source, key, objective, risk,
 
 @eqx.filter_jit
 def _compiled_update(optimizer, space, theta, opt_state, grad, scale):
-    updates, opt_state = optimizer.update(grad, opt_state, theta)
+    # optax mixes integer step counts with floats; it is not written for JAX's strict dtype promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        updates, opt_state = optimizer.update(grad, opt_state, theta)
     updates = jax.tree_util.tree_map(lambda u: scale * u, updates)
     return space.project(optax.apply_updates(theta, updates)), opt_state
 
@@ -183,7 +186,7 @@ def default_optimizer(steps: int, learning_rate: float = 0.1) -> optax.GradientT
 
 
 def tree_norm(tree) -> float:
-    return float(optax.global_norm(tree))
+    return float(optax.tree.norm(tree))
 
 
 class FitResult(eqx.Module):
@@ -362,7 +365,8 @@ def fit(
     size = None
 
     theta = space.init()
-    opt_state = optimizer.init(theta)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(theta)
     state = dict(
         step=0,
         scale=1.0,

@@ -142,13 +142,14 @@ def velocity_violation(rows=None, *, name: str = "velocity_violation") -> Term:
     )
 
 
-def _servo_residual(system, q, qd, t, p):
-    """φ_s of every holonomic servo constraint and ψ of every nonholonomic one, stacked."""
+def _servo_residual(system, q, qd, t, p, *, velocity: bool = False):
+    """φ_s of every holonomic servo constraint and ψ of every nonholonomic one, stacked; with ``velocity``
+    also φ̇_s of the holonomic ones."""
     parts = []
     for constraint in system.servo_constraints:
         residuals = constraint.residuals(q, qd, t, p)
         if residuals:
-            parts.append(jnp.ravel(residuals[0]))
+            parts.extend(jnp.ravel(r) for r in (residuals if velocity else residuals[:1]))
     if not parts:
         raise ValueError(
             "servo_tracking needs a servo constraint with a state-level residual (Holonomic or "
@@ -209,14 +210,14 @@ def actuator_limit(u_max, *, name: str = "actuator_limit") -> Term:
 
 
 def terminal_violation(*, name: str = "terminal_violation") -> Term:
-    """‖φ(t1)‖² + ‖φ̇(t1)‖² at the last saved time, plus ‖φ_s(t1)‖² for a controlled system."""
+    """‖φ(t1)‖² + ‖φ̇(t1)‖² at the last saved time, plus ‖φ_s(t1)‖² + ‖φ̇_s(t1)‖² of the servo constraints
+    with state-level residuals."""
 
     def fn(system, sol, p):
         value = jnp.sum(sol.position_residual[-1] ** 2) + jnp.sum(sol.velocity_residual[-1] ** 2)
-        if sol.u is not None and any(
-            c.residuals(sol.q[-1], sol.qd[-1], sol.ts[-1], p) for c in system.servo_constraints
-        ):
-            value = value + jnp.sum(_servo_residual(system, sol.q[-1], sol.qd[-1], sol.ts[-1], p) ** 2)
+        q, qd, t = sol.q[-1], sol.qd[-1], sol.ts[-1]
+        if any(c.residuals(q, qd, t, p) for c in system.servo_constraints):
+            value = value + jnp.sum(_servo_residual(system, q, qd, t, p, velocity=True) ** 2)
         return value
 
     return Term(name, fn)
@@ -228,14 +229,15 @@ def custom(fn: Callable[[Any, Any], Any], *, name: str = "custom") -> Term:
 
 
 # ------------------------------------------------------------------------------------------ risk measures
-def _count(ok):
-    return jnp.sum(ok.astype(jnp.int32))
+def _count(ok, dtype):
+    """Number of successful scenarios, in the losses' floating dtype."""
+    return jnp.sum(ok.astype(dtype))
 
 
 def _masked_mean(losses, ok):
-    n = _count(ok)
+    n = _count(ok, losses.dtype)
     total = jnp.sum(jnp.where(ok, losses, 0.0))
-    return jnp.where(n > 0, total / jnp.maximum(n, 1), jnp.nan)
+    return jnp.where(n > 0, total / jnp.maximum(n, 1.0), jnp.nan)
 
 
 class Mean(eqx.Module):
@@ -259,9 +261,11 @@ class SmoothWorst(eqx.Module):
         shifted = jnp.where(ok, losses, -jnp.inf) / tau
         top = jax.lax.stop_gradient(jnp.max(shifted))
         top = jnp.where(jnp.isfinite(top), top, 0.0)
-        n = jnp.maximum(_count(ok), 1)
-        mean_exp = jnp.sum(jnp.where(ok, jnp.exp(jnp.where(ok, shifted, 0.0) - top), 0.0)) / n
-        return jnp.where(_count(ok) > 0, tau * (top + jnp.log(mean_exp)), jnp.nan)
+        count = _count(ok, losses.dtype)
+        mean_exp = jnp.sum(jnp.where(ok, jnp.exp(jnp.where(ok, shifted, 0.0) - top), 0.0)) / jnp.maximum(
+            count, 1.0
+        )
+        return jnp.where(count > 0, tau * (top + jnp.log(mean_exp)), jnp.nan)
 
 
 class CVaR(eqx.Module):
@@ -274,11 +278,11 @@ class CVaR(eqx.Module):
             raise ValueError(f"CVaR level must lie in [0, 1), got {self.level}")
 
     def __call__(self, losses, ok):
-        n = _count(ok)
-        k = jnp.maximum(jnp.ceil((1.0 - self.level) * n).astype(jnp.int32), 1)
+        n = _count(ok, losses.dtype)
+        k = jnp.maximum(jnp.ceil((1.0 - self.level) * n), 1.0)
         worst_first = -jnp.sort(-jnp.where(ok, losses, -jnp.inf))
-        take = jnp.arange(losses.shape[0]) < k
-        total = jnp.sum(jnp.where(take, jnp.where(take, worst_first, 0.0), 0.0))
+        take = jnp.arange(losses.shape[0], dtype=losses.dtype) < k
+        total = jnp.sum(jnp.where(take, worst_first, 0.0))
         return jnp.where(n > 0, total / k, jnp.nan)
 
 

@@ -163,7 +163,10 @@ class Parametrization(eqx.Module):
     def __init__(self, params, tuned, *, transform: Transform | None = None):
         default = log() if transform is None else transform
         flat = {path_name(path): leaf for path, leaf in jax.tree_util.tree_leaves_with_path(params)}
-        if isinstance(tuned, Mapping):
+        is_spec = isinstance(tuned, Mapping) and (
+            not tuned or any(v is None or isinstance(v, Transform) for v in tuned.values())
+        )
+        if is_spec:
             specs = {str(k): (default if v is None else v) for k, v in tuned.items()}
         elif isinstance(tuned, Sequence) and not isinstance(tuned, str):
             specs = {str(k): default for k in tuned}

@@ -36,13 +36,16 @@ def _butcher(solver):
 
 
 def stability_function(solver, z):
-    """R(z) = 1 + z bᵀ (I - zA)⁻¹ 1 of an explicit Runge-Kutta ``solver`` (diffrax), z complex array."""
+    """R(z) = 1 + z bᵀ (I - zA)⁻¹ 1 of an explicit Runge-Kutta ``solver`` (diffrax), z complex array.
+
+    A is strictly lower triangular, so y = (I - zA)⁻¹ 1 is the forward substitution
+    y_i = 1 + z Σ_{j<i} A_ij y_j, vectorized over z."""
     A, b = _butcher(solver)
-    z = np.atleast_1d(np.asarray(z, np.complex128))
-    ones = np.ones(b.shape[0])
-    eye = np.eye(b.shape[0])
-    out = np.array([1.0 + zi * b @ np.linalg.solve(eye - zi * A, ones) for zi in z.ravel()])
-    return out.reshape(z.shape)
+    z = np.asarray(z, np.complex128)
+    stages = []
+    for i in range(b.shape[0]):
+        stages.append(1.0 + z * sum((A[i, j] * stages[j] for j in range(i)), np.zeros_like(z)))
+    return 1.0 + z * sum((b[i] * stages[i] for i in range(b.shape[0])), np.zeros_like(z))
 
 
 def real_stability_limit(solver, *, search: float = 20.0, resolution: float = 1e-4) -> float:
