@@ -42,15 +42,15 @@ SOFTNESS = 0.25
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="ukjax-results/tune_flexible_joint", help="output folder")
-    parser.add_argument("--train-scenarios", type=int, default=16, help="training batch size")
-    parser.add_argument("--heldout-scenarios", type=int, default=64, help="held-out batch size")
+    parser.add_argument("--train-scenarios", type=int, default=8, help="training batch size")
+    parser.add_argument("--heldout-scenarios", type=int, default=32, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=3.0, help="span (s)")
-    parser.add_argument("--dt", type=float, default=5e-3, help="fixed Tsit5 step (s)")
+    parser.add_argument("--dt", type=float, default=1e-2, help="fixed Tsit5 step (s)")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level to reach")
     parser.add_argument("--u-max", type=float, default=1000.0, help="motor torque limit (N m)")
     parser.add_argument("--limit-weight", type=float, default=1e-3, help="weight of the limit penalty")
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps")
-    parser.add_argument("--learning-rate", type=float, default=0.1, help="Adam step in log-gains")
+    parser.add_argument("--steps", type=int, default=25, help="optimizer steps")
+    parser.add_argument("--learning-rate", type=float, default=0.15, help="Adam step in log-gains")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -60,6 +60,7 @@ from ukjax.tune._parametrization import free as free
 from ukjax.tune._parametrization import log as log
 from ukjax.tune._parametrization import sigmoid as sigmoid
 from ukjax.tune._parametrization import softplus as softplus
+from ukjax.tune._stability import baumgarte_amplification as baumgarte_amplification
 from ukjax.tune._stability import baumgarte_gain_bounds as baumgarte_gain_bounds
 from ukjax.tune._stability import real_stability_limit as real_stability_limit
 from ukjax.tune._stability import stability_function as stability_function
