@@ -222,6 +222,10 @@ def test_fit_resume_from_checkpoint_is_bit_for_bit_and_runs_are_deterministic(tm
     assert len(rows) == 7 and rows[0].startswith("step,loss")
     # the loss went down on this fresh-batch-per-step problem and the best step is reported
     assert full.best_loss < full.history[0]["loss"]
+    # early stopping: no relative improvement of 1000 % is ever seen, so patience 2 stops after step 2
+    stopped = _fit(6, patience=2, min_delta=10.0)
+    assert stopped.stopped == "patience" and len(stopped.history) == 3
+    assert [r["loss"] for r in stopped.history] == [r["loss"] for r in full.history[:3]]
     with pytest.raises(ValueError, match="seed"):
         tune.fit(
             SYSTEM,
