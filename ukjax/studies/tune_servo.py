@@ -245,7 +245,6 @@ def _figures(out, fits, curve, grid, before, args):
     ax.plot(before["peak_u_max"], before["tracking_mean"], "ks", label="initial α = β = 5")
     ax.axvline(args.u_max, color="red", lw=0.8, label=f"F_max = {args.u_max:g} N")
     ax.set(
-        xscale="log",
         yscale="log",
         xlabel="max |F| over the held-out batch (N)",
         ylabel="mean ∫ φ² dt (m² s)",
