@@ -7,12 +7,14 @@ the torque error, :mod:`ukjax.models.flexible_joint`). Starting with relaxed spr
 ``ukjax run flexible_joint``), small P and large motor gains reach the tolerance sooner but need larger motor
 torques u. Per scenario,
 
-    J = ∫ s · softplus((ln|β(t)| - ln tol) / s) dt + w_lim · ∫ Σ_i max(|u_i| - u_max, 0)² dt,
+    J = ∫ s · softplus((ln|β(t)| - ln tol) / s) dt + w_lim · max(smoothmax_{t,i} |u_i(t)| - u_max, 0)²,
 
 where the first term is the area of ln|β| above ln tol (smoothed over s = 0.25): for β = β(0) e^{-t/P} it is
 P ln²(β(0)/tol) / 2, so it falls with the time to tolerance P ln(β(0)/tol), and unlike a smoothed count of
 the time spent above tol (a logistic step, tried first) its gradient does not vanish while |β| stays far
-above the tolerance. Tuned: P,
+above the tolerance. The torque limit is a penalty on the smooth peak (power mean, p = 64) because the peak
+is a short spike at the start, which an integrated excess barely sees (tried first: the tuned gains then
+exceeded the limit by half). Tuned: P,
 α_m, β_m in log coordinates, bounded by the stability interval of Tsit5 at the step. Batch: link rates
 (1, -0.1) ± 10 %, masses and inertias ±5 %. The held-out batch reports the actual first time |β| ≤ tol and
 the peak |u| before and after.
@@ -40,17 +42,18 @@ DESCRIPTION = (
 )
 PERTURBED = ("m1", "m2", "I1", "I2", "J11", "J22")
 SOFTNESS = 0.25
+PEAK_POWER = 64.0  # power mean over ~800 values: >= 0.9 of the true peak
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="ukjax-results/tune_flexible_joint", help="output folder")
     parser.add_argument("--train-scenarios", type=int, default=8, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=32, help="held-out batch size")
-    parser.add_argument("--t1", type=float, default=3.0, help="span (s)")
+    parser.add_argument("--t1", type=float, default=4.0, help="span (s)")
     parser.add_argument("--dt", type=float, default=1e-2, help="fixed Tsit5 step (s)")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level to reach")
     parser.add_argument("--u-max", type=float, default=1000.0, help="motor torque limit (N m)")
-    parser.add_argument("--limit-weight", type=float, default=1e-3, help="weight of the limit penalty")
+    parser.add_argument("--limit-weight", type=float, default=1e-4, help="weight of the limit penalty")
     parser.add_argument("--steps", type=int, default=25, help="optimizer steps")
     parser.add_argument("--learning-rate", type=float, default=0.15, help="Adam step in log-gains")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches")
@@ -83,8 +86,11 @@ def objective(tolerance, u_max, limit_weight):
         log_beta = 0.5 * jnp.log(_beta(sol, p) ** 2 + 1e-300)
         return tune.integrate(sol.ts, SOFTNESS * jax.nn.softplus((log_beta - log_tol) / SOFTNESS))
 
-    return tune.custom(log_excess, name="log_excess_above_tolerance") + limit_weight * tune.actuator_limit(
-        u_max, name="torque_limit"
+    def peak_excess(sol, p):
+        return jax.nn.relu(tune.smooth_max(jnp.ravel(sol.u), PEAK_POWER) - u_max) ** 2
+
+    return tune.custom(log_excess, name="log_excess_above_tolerance") + limit_weight * tune.custom(
+        peak_excess, name="torque_limit"
     )
 
 
@@ -162,8 +168,8 @@ def run(args) -> dict:
     figures = _figures(out, result, before, after, args)
     metrics = {
         "model": "flexible-joint manipulator, Udwadia-Kalaba review §8.3 (eq. 66-72), relaxed-spring start",
-        "objective": "∫ s softplus((ln|β| - ln tol)/s) dt (area of ln|β| above ln tol, s = 0.25) + w_lim ∫ Σ "
-        "max(|u_i| - u_max, 0)² dt",
+        "objective": "∫ s softplus((ln|β| - ln tol)/s) dt (area of ln|β| above ln tol, s = 0.25) + w_lim "
+        "max(smoothmax |u| - u_max, 0)² (power mean, p = 64)",
         "tolerance": args.tolerance,
         "u_max_Nm": args.u_max,
         "limit_weight": args.limit_weight,
