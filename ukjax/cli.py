@@ -1,5 +1,5 @@
-"""The ``ukjax`` command: ``ukjax list``, ``ukjax run NAME [flags]``, ``ukjax demo [flags]`` and
-``ukjax sweep SPEC [flags]``."""
+"""The ``ukjax`` command: ``ukjax list``, ``ukjax run NAME [flags]``, ``ukjax tune NAME [flags]``,
+``ukjax sweep SPEC [flags]`` and ``ukjax demo [flags]``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from ukjax import studies
 EXIT_USAGE = 2
 
 
-def _study_table() -> list[tuple[str, str]]:
-    """(name, one-line description) of every registered study, in name order."""
+def _study_table(registry=None, load=None) -> list[tuple[str, str]]:
+    """(name, one-line description) of every registered study (or tuning study), in name order."""
+    registry = studies.STUDIES if registry is None else registry
+    load = studies.load if load is None else load
     rows = []
-    for name in sorted(studies.STUDIES):
+    for name in sorted(registry):
         try:
-            description = getattr(studies.load(name), "DESCRIPTION", "")
+            description = getattr(load(name), "DESCRIPTION", "")
         except ImportError as error:  # a broken study must not hide the others
             description = f"(cannot be imported: {error})"
         rows.append((name, description))
@@ -66,12 +68,48 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     run.add_argument("name", nargs="?", help="the study to run (see `ukjax list`)")
     run.add_argument("study_args", nargs=argparse.REMAINDER, help="flags of the study")
+    tune_parser = commands.add_parser(
+        "tune",
+        help="run one tuning study (`ukjax tune NAME --help` shows its flags)",
+        description="Tune gains by gradient descent through the simulation (ukjax.tune); the study writes "
+        "history, figures and metrics.json into --out (default ukjax-results/tune_NAME).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="tuning studies:\n" + _format_table(_study_table(studies.TUNE_STUDIES, studies.load_tune)),
+    )
+    tune_parser.add_argument("name", nargs="?", help="the tuning study to run")
+    tune_parser.add_argument("study_args", nargs=argparse.REMAINDER, help="flags of the tuning study")
     demo_parser = commands.add_parser("demo", help=demo.DESCRIPTION, description=demo.DESCRIPTION)
     demo.add_arguments(demo_parser)
     from ukjax.sweep import _cli as sweep_cli
 
     sweep_cli.add_parser(commands)
     return parser, run
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The sub-parser of command ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise KeyError(name)
+
+
+def _tune_study(name: str | None, study_args: list[str], tune_parser: argparse.ArgumentParser) -> int:
+    if name is None:
+        tune_parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if name not in studies.TUNE_STUDIES:
+        known = ", ".join(sorted(studies.TUNE_STUDIES))
+        print(f"ukjax tune: unknown tuning study {name!r} (known: {known})", file=sys.stderr)
+        return EXIT_USAGE
+    module = studies.load_tune(name)
+    description = getattr(module, "DESCRIPTION", None)
+    parser = argparse.ArgumentParser(prog=f"ukjax tune {name}", description=description)
+    module.add_arguments(parser)
+    args = parser.parse_args(study_args)
+    module.run(args)
+    print(f"ukjax tune {name}: results in {args.out}")
+    return 0
 
 
 def _run_study(name: str | None, study_args: list[str], run_parser: argparse.ArgumentParser) -> int:
@@ -130,7 +168,11 @@ def _dispatch(parser, run_parser, argv) -> int:
         return EXIT_USAGE
     if args.command == "list":
         print(_format_table(_study_table()))
+        print("tuning studies (ukjax tune NAME):")
+        print(_format_table(_study_table(studies.TUNE_STUDIES, studies.load_tune)))
         return 0
+    if args.command == "tune":
+        return _tune_study(args.name, args.study_args, _subparser(parser, "tune"))
     if args.command == "run":
         return _run_study(args.name, args.study_args, run_parser)
     if args.command == "sweep":

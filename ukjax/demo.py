@@ -34,15 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax.models.scara import PERTURBED, VELOCITY_NOISE, sample_scenarios  # noqa: F401 (re-exported)
+
 DESCRIPTION = (
     "Monte-Carlo batch of SCARA robots (Xu & Liu 2017) by one compiled program: throughput and constraint "
     "violation"
 )
 
-# Parameters of ukjax.models.scara that describe the robot (perturbed per scenario); the trajectory, gravity,
-# torques and Baumgarte gains stay at the paper's values.
-PERTURBED = ("m1", "m2", "m3", "m4", "l1", "l2", "r1", "r2", "Iz1", "Iz2", "Iz3", "Iz4")
-VELOCITY_NOISE = 0.01
 TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
 
 
@@ -70,31 +68,11 @@ def add_arguments(parser) -> None:
     )
 
 
-def sample_scenarios(key, params, q0, qd0, count, *, spread, angle_noise_deg):
-    """``count`` perturbed copies of (params, q0, qd0), with a leading batch axis on every leaf."""
-    keys = jax.random.split(key, len(PERTURBED) + 2)
-    batch = {}
-    for name, value in params.items():
-        value = jnp.asarray(value)
-        batch[name] = jnp.broadcast_to(value, (count, *value.shape))
-    for k, name in zip(keys, PERTURBED, strict=False):
-        factor = 1.0 + spread * jax.random.uniform(k, (count,), params[name].dtype, -1.0, 1.0)
-        batch[name] = params[name] * factor
-    sigma = math.radians(angle_noise_deg)
-    scale = jnp.asarray([sigma, sigma, sigma, 1e-4 * angle_noise_deg], q0.dtype)
-    q0s = q0 + scale * jax.random.normal(keys[-2], (count, q0.shape[0]), q0.dtype)
-    qd0s = qd0 * (1.0 + VELOCITY_NOISE * jax.random.normal(keys[-1], (count, qd0.shape[0]), qd0.dtype))
-    return batch, q0s, qd0s
-
-
 def _path_error(ts, q, params):
     """e(t) = |p(q(t)) - p_d(t)| for one scenario's saved trajectory (seed 001 eq. 39-40)."""
     from ukjax.models import scara
 
-    def at(t, qi):
-        return jnp.linalg.norm(scara.end_effector(qi, params) - scara.desired_trajectory(t, params))
-
-    return jax.vmap(at)(ts, q)
+    return scara.path_error(ts, q, params)
 
 
 def _paths(q, params):

@@ -229,6 +229,11 @@ def inverse_kinematics(t, p):
     return jnp.stack([q1, q2, -(q1 + q2), z - p["l0"]])
 
 
+def path_error(ts, q, p):
+    """e(t) = |p(q(t)) - p_d(t)| at the saved times ``ts`` of one trajectory ``q`` (T, 4) (eq. 39-40)."""
+    return jax.vmap(lambda t, qi: jnp.linalg.norm(end_effector(qi, p) - desired_trajectory(t, p)))(ts, q)
+
+
 def constraint(*, stabilized: bool = True) -> Holonomic:
     """The trajectory constraint eq. 48, with per-row Baumgarte gains ``p["alpha"], p["beta"]`` (eq. 52)."""
     stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="linear") if stabilized else None
@@ -255,3 +260,33 @@ def system(*, lagrangian: bool = False, stabilized: bool = True) -> System:
         potential=potential_energy,
         **fields,
     )
+
+
+# ------------------------------------------------------------------------------------ Monte-Carlo batch
+# Parameters that describe the robot (perturbed per scenario by sample_scenarios); the trajectory, gravity,
+# torques and Baumgarte gains stay at the paper's values.
+PERTURBED = ("m1", "m2", "m3", "m4", "l1", "l2", "r1", "r2", "Iz1", "Iz2", "Iz3", "Iz4")
+VELOCITY_NOISE = 0.01
+
+
+def sample_scenarios(key, params, q0, qd0, count, *, spread, angle_noise_deg):
+    """``count`` perturbed copies of (params, q0, qd0), with a leading batch axis on every leaf.
+
+    Every mass, length and moment of inertia (``PERTURBED``) is scaled by a uniform factor in
+    [1 - spread, 1 + spread]; the joint angles get a normal error of ``angle_noise_deg`` degrees, the stroke
+    a tenth of a millimetre per degree of that, the initial velocities 1 % (``VELOCITY_NOISE``). Pure and
+    jax-traceable (usable inside a compiled sampler).
+    """
+    keys = jax.random.split(key, len(PERTURBED) + 2)
+    batch = {}
+    for name, value in params.items():
+        value = jnp.asarray(value)
+        batch[name] = jnp.broadcast_to(value, (count, *value.shape))
+    for k, name in zip(keys, PERTURBED, strict=False):
+        factor = 1.0 + spread * jax.random.uniform(k, (count,), params[name].dtype, -1.0, 1.0)
+        batch[name] = params[name] * factor
+    sigma = math.radians(angle_noise_deg)
+    scale = jnp.asarray([sigma, sigma, sigma, 1e-4 * angle_noise_deg], q0.dtype)
+    q0s = q0 + scale * jax.random.normal(keys[-2], (count, q0.shape[0]), q0.dtype)
+    qd0s = qd0 * (1.0 + VELOCITY_NOISE * jax.random.normal(keys[-1], (count, qd0.shape[0]), qd0.dtype))
+    return batch, q0s, qd0s

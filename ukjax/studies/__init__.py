@@ -22,6 +22,22 @@ STUDIES: dict[str, str] = {
 }
 
 
+# name -> module path of the tuning studies that ``ukjax tune NAME`` runs and experiments/tune_NAME.py wraps
+# (same interface; outputs go to ./ukjax-results/tune_NAME by default).
+TUNE_STUDIES: dict[str, str] = {
+    "scara": "ukjax.studies.tune_scara",
+    "servo": "ukjax.studies.tune_servo",
+    "flexible_joint": "ukjax.studies.tune_flexible_joint",
+}
+
+
+def load_tune(name: str):
+    """The tuning-study module registered under ``name``."""
+    if name not in TUNE_STUDIES:
+        raise KeyError(f"unknown tuning study {name!r}; known: {', '.join(sorted(TUNE_STUDIES))}")
+    return importlib.import_module(TUNE_STUDIES[name])
+
+
 def load(name: str):
     """The study module registered under ``name``."""
     if name not in STUDIES:

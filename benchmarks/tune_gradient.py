@@ -1,0 +1,220 @@
+"""Cost of a tuning gradient: the SCARA objective of ``ukjax tune scara`` at 256 scenarios x 1000 steps.
+
+Times, in one run and interleaved (forward, gradient, forward, gradient, ...), the two compiled functions the
+tuner calls: the batch loss at the gains (``ukjax.tune.batch_loss``: simulate + objective + risk) and its
+value and gradient with respect to (log α, log β) (``ukjax.tune.batch_value_and_grad``: reverse mode through
+``ukjax.simulate_batch``, diffrax's ``RecursiveCheckpointAdjoint``). Reports the grad/forward wall-time ratio
+(target ≤ 4), compile times and XLA's memory analysis of each compiled program (arguments, outputs and
+temporaries: the peak buffer memory XLA plans for; on CPU the process RSS is shared with the compiler).
+
+``--adjoints`` adds the same comparison for diffrax's adjoints directly (``ukjax.simulate`` does not take
+an adjoint argument): the SCARA right-hand side ``System.acceleration`` integrated by ``diffrax.diffeqsolve``
+with ``RecursiveCheckpointAdjoint`` (checkpointed reverse mode through the solver's steps: exact gradient of
+the discrete solution) and ``BacksolveAdjoint`` (the continuous adjoint ODE solved backwards: memory
+independent of the number of steps, but a gradient of the continuous problem that differs from the
+discrete one by the integration error, and an extra backward solve with vector-Jacobian products).
+
+    python3 benchmarks/tune_gradient.py                  # 256 scenarios, 1000 steps, 3 repeats
+    python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax import tune
+from ukjax.models import scara
+from ukjax.studies import tune_scara
+
+ukjax.enable_float64()
+
+
+def _memory(compiled) -> dict:
+    try:
+        m = compiled.memory_analysis()
+    except Exception as error:  # not every backend reports it
+        return {"unavailable": str(error)}
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes")
+    out = {f: int(getattr(m, f, 0) or 0) for f in fields}
+    out["peak_estimate_MiB"] = (
+        out["argument_size_in_bytes"] + out["output_size_in_bytes"] + out["temp_size_in_bytes"]
+    ) / 2**20
+    return out
+
+
+def _compile(fn, *args):
+    tic = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - tic
+
+
+def _interleaved(functions: dict, args: dict, repeats: int) -> dict:
+    times = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            tic = time.perf_counter()
+            jax.block_until_ready(fn(*args[name]))
+            times[name].append(time.perf_counter() - tic)
+    return {name: {"median_s": float(np.median(t)), "all_s": t} for name, t in times.items()}
+
+
+def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
+    system = scara.system()
+    box = tune_scara.gain_box(dt)
+    space = tune_scara.space_for(box, 0.5, 200.0)
+    batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
+    objective = tune_scara.objective(1e-7)
+    options = tune.simulation_options(t1=steps * dt, dt=dt, num_saves=201)
+    theta = space.init()
+
+    def forward(theta, batch):
+        return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
+
+    def gradient(theta, batch):
+        loss, _, grad = tune.batch_value_and_grad(system, space, theta, batch, objective, options=options)
+        return loss, grad
+
+    fwd, fwd_compile = _compile(forward, theta, batch)
+    grd, grd_compile = _compile(gradient, theta, batch)
+    timing = _interleaved(
+        {"forward": fwd, "gradient": grd}, {"forward": (theta, batch), "gradient": (theta, batch)}, repeats
+    )
+    loss_f = float(fwd(theta, batch))
+    loss_g, grad = grd(theta, batch)
+    return {
+        "what": "ukjax.tune.batch_loss vs batch_value_and_grad, SCARA objective of `ukjax tune scara`",
+        "scenarios": scenarios,
+        "steps": steps,
+        "dt": dt,
+        "saves": 201,
+        "compile_s": {"forward": fwd_compile, "gradient": grd_compile},
+        "run": timing,
+        "grad_over_forward": timing["gradient"]["median_s"] / timing["forward"]["median_s"],
+        "target_ratio": 4.0,
+        "memory": {"forward": _memory(fwd), "gradient": _memory(grd)},
+        "loss_forward_vs_gradient_call": [loss_f, float(loss_g)],
+        "gradient": {k: float(v) for k, v in grad.items()},
+    }
+
+
+def adjoint_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
+    """diffrax directly on System.acceleration: RecursiveCheckpointAdjoint vs BacksolveAdjoint."""
+    system = scara.system()
+    batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
+    t1 = steps * dt
+    ts = jnp.linspace(0.0, t1, 201)
+
+    def solve(log_gains, q0, qd0, params, adjoint):
+        params = dict(
+            params, alpha=jnp.full(4, jnp.exp(log_gains[0])), beta=jnp.full(4, jnp.exp(log_gains[1]))
+        )
+
+        def field(t, y, args):
+            q, qd = y
+            return qd, system.acceleration(q, qd, t, args)
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            diffrax.Tsit5(),
+            0.0,
+            t1,
+            dt,
+            (q0, qd0),
+            params,
+            saveat=diffrax.SaveAt(ts=ts),
+            stepsize_controller=diffrax.ConstantStepSize(),
+            max_steps=steps + 1,
+            adjoint=adjoint,
+        )
+        phi = jax.vmap(lambda t, q: scara.trajectory_constraint(q, t, params))(ts, sol.ys[0])
+        return tune.integrate(ts, jnp.sum(phi[:, jnp.asarray(tune_scara.PATH_ROWS)] ** 2, -1))
+
+    def loss(log_gains, adjoint):
+        values = jax.vmap(lambda q0, qd0, prm: solve(log_gains, q0, qd0, prm, adjoint))(
+            batch.q0, batch.qd0, batch.params
+        )
+        return jnp.mean(values)
+
+    x = jnp.log(jnp.asarray([0.5, 200.0]))
+    adjoints = {
+        "recursive_checkpoint": diffrax.RecursiveCheckpointAdjoint(),
+        "backsolve": diffrax.BacksolveAdjoint(),
+    }
+    compiled, compile_s, memory = {}, {}, {}
+    compiled["forward"], compile_s["forward"] = _compile(
+        lambda x: loss(x, adjoints["recursive_checkpoint"]), x
+    )
+    memory["forward"] = _memory(compiled["forward"])
+    for name, adjoint in adjoints.items():
+        fn = jax.value_and_grad(lambda x, adjoint=adjoint: loss(x, adjoint))
+        compiled[name], compile_s[name] = _compile(fn, x)
+        memory[name] = _memory(compiled[name])
+    timing = _interleaved(compiled, {k: (x,) for k in compiled}, repeats)
+    grads = {name: np.asarray(compiled[name](x)[1]) for name in adjoints}
+    ref = grads["recursive_checkpoint"]
+    return {
+        "what": "diffrax.diffeqsolve on System.acceleration (no simulate post-processing), path objective",
+        "compile_s": compile_s,
+        "run": timing,
+        "grad_over_forward": {n: timing[n]["median_s"] / timing["forward"]["median_s"] for n in adjoints},
+        "memory": memory,
+        "gradient": {n: g.tolist() for n, g in grads.items()},
+        "backsolve_relative_gradient_difference": float(
+            np.linalg.norm(grads["backsolve"] - ref) / np.linalg.norm(ref)
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--dt", type=float, default=5e-3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--adjoints", action="store_true", help="also compare diffrax's adjoints directly")
+    parser.add_argument(
+        "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
+    )
+    args = parser.parse_args()
+    from benchmarks._common import machine_info, write_results
+
+    load_before = os.getloadavg()
+    results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats)}
+    r = results["tuner"]
+    run, memory = r["run"], r["memory"]
+    print(
+        f"tuner: forward {run['forward']['median_s']:.2f} s, gradient {run['gradient']['median_s']:.2f} s, "
+        f"ratio {r['grad_over_forward']:.2f} (target <= 4); compile {r['compile_s']['forward']:.1f} s / "
+        f"{r['compile_s']['gradient']:.1f} s; memory {memory['forward'].get('peak_estimate_MiB', 0):.0f} / "
+        f"{memory['gradient'].get('peak_estimate_MiB', 0):.0f} MiB",
+        flush=True,
+    )
+    if args.adjoints:
+        results["adjoints"] = adjoint_costs(args.scenarios, args.steps, args.dt, args.repeats)
+        a = results["adjoints"]
+        print(
+            f"adjoints: grad/forward {a['grad_over_forward']}, backsolve gradient differs by "
+            f"{a['backsolve_relative_gradient_difference']:.2e} (relative)"
+        )
+    results["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    info = machine_info()
+    cpu = info["machine"]["cpu"].split()
+    tag = "-".join(w.lower() for w in cpu[:2]) if cpu else "cpu"
+    out = Path(
+        args.out or f"benchmarks/results/tune_gradient-{jax.default_backend()}-{tag}-{os.cpu_count()}c.json"
+    )
+    write_results(out, results)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
