@@ -111,6 +111,16 @@ _MESSAGES = {
     "the step, or check that the constraints are compatible",
 }
 _MESSAGE_LIST = tuple(_MESSAGES[code] for code in RESULTS)
+COMPLETED = tuple(
+    int(code)
+    for code in (
+        RESULTS.success,
+        RESULTS.constraint_violated,
+        RESULTS.inconsistent_constraints,
+        RESULTS.control_infeasible,
+    )
+)
+"""Statuses of a run that reached t1 with a finite state (:attr:`Solution.completed`)."""
 
 
 class SimulationError(RuntimeError):
@@ -180,6 +190,14 @@ class Solution(eqx.Module):
     def ok(self) -> jax.Array:
         """True (per scenario) where the simulation succeeded and the constraints held (status success)."""
         return self.status == RESULTS.success
+
+    @property
+    def completed(self) -> jax.Array:
+        """True (per scenario) where the integration reached t1 with a finite state, whether or not the
+        constraints held: status success, constraint_violated, inconsistent_constraints or
+        control_infeasible. The trajectory is then meaningful as a whole (a tuning objective that measures the
+        violation needs exactly these scenarios)."""
+        return jnp.isin(self.status, jnp.asarray(COMPLETED, self.status.dtype))
 
     @property
     def message(self) -> str | list[str]:

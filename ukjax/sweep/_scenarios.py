@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ukjax.simulation import RESULTS
+from ukjax.simulation import COMPLETED
 from ukjax.sweep._spec import STATIC_INTEGRATOR, Spec, grid_axes
 
 METRIC_DESCRIPTIONS = {
@@ -44,15 +44,7 @@ METRIC_DESCRIPTIONS = {
 }
 
 
-VALID_TRAJECTORY = tuple(
-    int(c)
-    for c in (
-        RESULTS.success,
-        RESULTS.inconsistent_constraints,
-        RESULTS.control_infeasible,
-        RESULTS.constraint_violated,
-    )
-)
+VALID_TRAJECTORY = COMPLETED
 """Statuses after which the whole trajectory is meaningful; for every other status (the integration stopped
 early or the state became non-finite) the scenario's metrics are NaN; status and step counts are kept."""
 

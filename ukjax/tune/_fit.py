@@ -6,7 +6,9 @@ One step of :func:`fit` at unconstrained parameters θ (see :class:`~ukjax.tune.
 1. the scenarios: a fixed :class:`Scenarios` batch, or ``sampler(key)`` with key = fold_in(PRNGKey(seed),
    step) (a fresh Monte-Carlo batch per step that does not depend on how the run was interrupted);
 2. every scenario i is simulated with its parameters p_i(θ) (:func:`ukjax.simulate_batch`, one compiled call),
-   its objective value L_i and its success flag ok_i (status success and L_i finite) are computed;
+   its objective value L_i and its flag ok_i (the run reached t1 with a finite state, ``Solution.completed``,
+   and L_i is finite: a run whose constraints did not settle is what the objective measures, not a failure)
+   are computed;
 3. loss = risk(L, ok) (:class:`~ukjax.tune.Mean`, ...), and its gradient by reverse mode (``jax.vjp``) with
    respect to a per-scenario copy θ_i of θ; the gradient is Σ_{i: ok_i} ∂loss/∂θ_i. Summing only over
    successful scenarios, after the pullback, keeps a failed scenario's NaN (0 · NaN in its own backward pass)
@@ -90,7 +92,7 @@ def _per_scenario(system, space, theta_b, scenarios, objective, options):
     sol = simulate_batch(system, scenarios.q0, scenarios.qd0, params_b, batch_params=True, **options)
     losses = jax.vmap(lambda s, p: objective(system, s, p))(sol, params_b)
     parts = jax.vmap(lambda s, p: objective.parts(system, s, p))(sol, params_b)
-    ok = sol.ok & jnp.isfinite(losses)
+    ok = sol.completed & jnp.isfinite(losses)
     return losses, (ok, parts, sol.status)
 
 
