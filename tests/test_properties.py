@@ -230,11 +230,13 @@ def test_uk_float32_keeps_real_directions():
 
 @pytest.mark.parametrize("method", ACCELERATION_METHODS)
 def test_uk_invalid_traced_rtol_gives_nan(method):
-    """rtol = -1 or NaN reaches the generalized inverse traced (uk_acceleration compiles rtol as an argument):
-    the result is all NaN, never the silently wrong q̈ (up to 1.6e16 off) it used to be."""
+    """rtol = -1 or NaN as a traced number (a parameter leaf under the user's jit, which the host cannot
+    check; a concrete one raises ValueError): the result is all NaN, never the silently wrong q̈ (up to
+    1.6e16 off) it used to be."""
     M, Q, A, b = (jnp.asarray(x) for x in UK_CASES["near_duplicate_rows"])
+    solve = jax.jit(lambda rtol: ukjax.uk_acceleration(M, Q, A, b, method=method, rtol=rtol))
     for bad in (-1.0, float("nan")):
-        assert np.all(np.isnan(ukjax.uk_acceleration(M, Q, A, b, method=method, rtol=bad))), (method, bad)
+        assert np.all(np.isnan(solve(jnp.asarray(bad)))), (method, bad)
 
 
 # ------------------------------------------------------------------------------------ the large fuzz run
