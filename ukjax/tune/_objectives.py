@@ -21,8 +21,8 @@ Terms combine with weights: ``position_violation() + 1e-6 * peak_constraint_forc
 
 A **risk measure** reduces the (batch,) per-scenario values L_i with a mask ok_i (scenario i reached t1
 with a finite state, ``Solution.completed``, and L_i is finite): :class:`Mean`, :class:`SmoothWorst` (a
-log-sum-exp soft maximum) and :class:`CVaR` (the mean of the worst (1 - level) fraction). Failed scenarios are left out
-of the value and, in :func:`ukjax.tune.fit`, of the gradient; they are counted and reported.
+log-sum-exp soft maximum) and :class:`CVaR` (the mean of the worst (1 - level) fraction). Failed scenarios
+are left out of the value and, in :func:`ukjax.tune.fit`, of the gradient; they are counted and reported.
 """
 
 from __future__ import annotations
