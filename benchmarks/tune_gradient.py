@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -185,7 +186,8 @@ def main() -> None:
         "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
     )
     args = parser.parse_args()
-    from benchmarks._common import machine_info, write_results
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import machine_info, write_results
 
     load_before = os.getloadavg()
     results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats)}
