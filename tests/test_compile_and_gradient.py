@@ -50,9 +50,10 @@ LINE = System(mass=lambda q, t, p: jnp.eye(1), force=lambda q, qd, t, p: -q, n=1
 
 
 def _prepare(**options):
-    defaults = dict(t0=0.0, t1=1.0, ts=None, solver=None, dt=None, rtol=1e-8, atol=1e-8, max_steps=None,
-                    method="cholesky", uk_solver="uk", pinv_rtol=None, consistency_rtol=None,
-                    constraint_rtol=None, adjoint=None, progress=False, throw=False)
+    defaults = dict(t0=0.0, t1=1.0, ts=None, solver=None, dt0=None, rtol=1e-8, atol=1e-8, max_steps=None,
+                    method="ldl", uk_solver="uk", pinv_rtol=None, consistency_rtol=None,
+                    constraint_rtol=None, saveat=None, stepsize_controller=None, adjoint=None, progress=False,
+                    throw=False, dt=None)
     q0, qd0 = jnp.zeros(1), jnp.ones(1)
     return simulation._prepare(LINE, q0, qd0, {}, batched=False, **(defaults | options))[0]
 
@@ -83,16 +84,19 @@ def _problem(key, n, m, rank, consistent, nonideal):
     return M, jax.random.normal(k[4], (n,)), A, b, c
 
 
-def _tangents(key, M, Q, A, b, c, rank):
+def _tangents(key, M, Q, A, b, c, rank, keep_consistent=False):
     k = jax.random.split(key, 5)
     dM = jax.random.normal(k[0], M.shape)
     dA = jax.random.normal(k[2], A.shape)
+    db = jax.random.normal(k[3], b.shape)
     if rank < min(A.shape):
         # along a constant-rank curve: the derivative of a generalized inverse exists only there
         u, _, vt = jnp.linalg.svd(A)
         dA = u[:, :rank] @ jax.random.normal(k[2], (rank, rank)) @ vt[:rank]
+        if keep_consistent:  # range(A + s dA) = range(u_r): b + s db stays in it
+            db = u[:, :rank] @ (u[:, :rank].T @ db)
     dc = None if c is None else jax.random.normal(k[4], c.shape)
-    return dM + dM.T, jax.random.normal(k[1], Q.shape), dA, jax.random.normal(k[3], b.shape), dc
+    return dM + dM.T, jax.random.normal(k[1], Q.shape), dA, db, dc
 
 
 CASES = [  # (n, m, rank, consistent b, non-ideal c): full rank, rank-deficient, redundant rows, inconsistent
@@ -105,20 +109,33 @@ CASES = [  # (n, m, rank, consistent b, non-ideal c): full rank, rank-deficient,
 ]
 
 
-@pytest.mark.parametrize("n, m, rank, consistent, nonideal", CASES)
+def _with_method(method, cases):
+    """The eq. 35 cases for one generalized inverse of G. The LDLᵀ one (method "ldl") gives the motion of
+    consistent constraints only, so it gets the consistent cases, with b kept consistent along the tangent."""
+    out = []
+    for case in cases:
+        values, marks = (case.values, case.marks) if hasattr(case, "values") else (case, ())
+        if method == "cholesky" or values[3]:
+            out.append(pytest.param(method, *values, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(
+    "method, n, m, rank, consistent, nonideal", _with_method("cholesky", CASES) + _with_method("ldl", CASES)
+)
 def test_custom_derivative_of_the_eq35_solve_matches_autodiff_and_finite_differences(
-    n, m, rank, consistent, nonideal
+    method, n, m, rank, consistent, nonideal
 ):
     key = jax.random.PRNGKey(n * 100 + m * 10 + rank + 1000 * consistent + 2000 * nonideal)
     M, Q, A, b, c = _problem(key, n, m, rank, consistent, nonideal)
-    tangents = _tangents(jax.random.fold_in(key, 1), M, Q, A, b, c, rank)
+    tangents = _tangents(jax.random.fold_in(key, 1), M, Q, A, b, c, rank, keep_consistent=method == "ldl")
     rtol = jnp.asarray(dynamics.gram_rtol(m, n))
 
     def custom(M, Q, A, b, c):
-        return dynamics._eq35_terms(M, Q, A, b, c, rtol)
+        return dynamics._eq35_terms(method, M, Q, A, b, c, rtol)
 
-    def autodiff(M, Q, A, b, c):  # the previous implementation: autodiff through Cholesky and G⁺'s loop
-        return dynamics._eq35_forward(M, Q, A, b, c, rtol)[0]
+    def autodiff(M, Q, A, b, c):  # autodiff through the Cholesky factorization and G's generalized inverse
+        return dynamics._eq35_forward(method, M, Q, A, b, c, rtol)[0]
 
     primal, derivative = jax.jit(lambda x, v: jax.jvp(custom, x, v))((M, Q, A, b, c), tangents)
     primal_ref, derivative_ref = jax.jit(lambda x, v: jax.jvp(autodiff, x, v))((M, Q, A, b, c), tangents)

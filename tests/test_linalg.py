@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import assert_tree_allclose, central_difference, random_matrix, random_spd
 
+from ukjax import linalg
 from ukjax.linalg import (
     PINV_METHODS,
     cho_solve,
@@ -19,6 +20,7 @@ from ukjax.linalg import (
     default_rtol,
     matrix_rank,
     pinv,
+    psd_ginv,
     psd_pinv,
     small_matmul,
 )
@@ -263,7 +265,7 @@ def test_bad_input_raises():
             pinv(bad)
     with pytest.raises(ValueError, match="unknown pinv method 'lu'"):
         pinv(jnp.ones((2, 2)), "lu")
-    for fn in (cholesky, psd_pinv):
+    for fn in (cholesky, psd_pinv, psd_ginv):
         with pytest.raises(ValueError, match=r"\(2, 3\)"):
             fn(jnp.ones((2, 3)))
     with pytest.raises(ValueError, match=r"\(4,\)"):
@@ -277,7 +279,8 @@ def test_empty_matrices():
     for method in PINV_METHODS:
         for shape in ((0, 3), (3, 0)):
             assert pinv(jnp.zeros(shape), method).shape == np.linalg.pinv(np.zeros(shape)).shape
-    assert psd_pinv(jnp.zeros((0, 0))).shape == cholesky(jnp.zeros((0, 0))).shape == (0, 0)
+    empty = jnp.zeros((0, 0))
+    assert psd_ginv(empty).shape == psd_pinv(empty).shape == cholesky(empty).shape == (0, 0)
     assert cho_solve(jnp.zeros((0, 0)), jnp.zeros((0, 2))).shape == (0, 2)
     assert int(matrix_rank(jnp.zeros((0, 3)))) == 0
 
@@ -327,6 +330,63 @@ def test_psd_pinv_ties_and_pivot_order():
     expected = np.stack([np.eye(5) / 2, np.ones((5, 5)) / 25, np.diag([0, 1 / 3, 1 / 3, 0, 1])])
     P = psd_pinv_batch(Gs, jnp.asarray(default_rtol((5, 5), jnp.float64)))
     assert_tree_allclose(P, expected, rtol=0, atol=1e-14)
+
+
+@jax.jit
+def psd_ginv_batch(Gs, rtol):
+    return jax.vmap(lambda G: psd_ginv(G, rtol))(Gs)
+
+
+@pytest.mark.parametrize("n, r", [(1, 0), (5, 2), (12, 11)])  # n = 12: the fori_loop path
+def test_psd_ginv_is_a_reflexive_inverse_that_gives_the_uk_acceleration(n, r):
+    """LDLᵀ generalized inverse: Penrose conditions 1 and 2 and symmetry (G G⁻ G = G, G⁻ G G⁻ = G⁻, to 1e-12
+    relative: cond(G) ≤ 16), G⁻ = G⁻¹ at full rank (vs NumPy, 1e-10), and what the UK equation needs: for
+    G = B Bᵀ and r ∈ range(G), Bᵀ G⁻ r = Bᵀ G⁺ r (NumPy's pinv), to 1e-10 relative."""
+    Gs = psd_batch(n, r)
+    X = psd_ginv_batch(Gs, jnp.asarray(default_rtol((n, n), jnp.float64)))
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed := n))
+    Bs = [random_matrix(k1, n, n), random_matrix(k2, n, r), jnp.zeros((n, n))]
+    for G, Xi, B in zip(np.asarray(Gs), np.asarray(X), Bs, strict=True):
+        scale = max(np.abs(G).max(), 1.0) * max(np.abs(Xi).max(), 1.0)
+        np.testing.assert_allclose(G @ Xi @ G, G, rtol=0, atol=1e-12 * scale * max(np.abs(G).max(), 1.0))
+        np.testing.assert_allclose(Xi @ G @ Xi, Xi, rtol=0, atol=1e-12 * scale * max(np.abs(Xi).max(), 1.0))
+        np.testing.assert_allclose(Xi, Xi.T, rtol=0, atol=1e-14 * scale)
+        y = G @ np.random.default_rng(seed).normal(size=n)
+        reference = np.asarray(B).T @ np.linalg.pinv(G, rtol=default_rtol((n, n), jnp.float64)) @ y
+        np.testing.assert_allclose(np.asarray(B).T @ Xi @ y, reference, rtol=0,
+                                   atol=1e-10 * max(np.abs(reference).max(initial=0.0), 1.0))
+    if r == 0 or n > 1:
+        np.testing.assert_allclose(X[0], np.linalg.inv(np.asarray(Gs[0])), rtol=0,
+                                   atol=1e-10 * np.abs(np.linalg.inv(np.asarray(Gs[0]))).max())
+
+
+def test_psd_ginv_unrolled_and_loop_agree(monkeypatch):
+    """The unrolled (m ≤ 8) and fori_loop factorizations are the same algorithm: 1e-13 on a rank-3 6 x 6 G."""
+    G = psd_batch(6, 3)[1]
+    unrolled = psd_ginv(G)
+    monkeypatch.setattr(linalg, "_UNROLL_MAX", 0)
+    assert_tree_allclose(psd_ginv(G), unrolled, rtol=1e-13, atol=1e-13)
+
+
+def test_psd_ginv_closed_forms_derivative_and_bad_input():
+    """diag(0, 3, 3, 0, 1)⁻ = diag(0, ⅓, ⅓, 0, 1) and the zero matrix (1e-15: a few roundings); 11ᵀ (rank
+    1, no pivoting: the first pivot is kept) satisfies G G⁻ G = G. Derivative along a constant-rank curve
+    vs central differences (1e-7, h = 1e-4 in units where G ~ 1). NaN in G or a traced NaN rtol: all NaN."""
+    d = jnp.array([0.0, 3.0, 3.0, 0.0, 1.0])
+    assert_tree_allclose(psd_ginv(jnp.diag(d)), np.diag([0, 1 / 3, 1 / 3, 0, 1]), rtol=0, atol=1e-15)
+    assert_tree_allclose(psd_ginv(jnp.zeros((3, 3))), np.zeros((3, 3)), rtol=0, atol=0)
+    ones = jnp.ones((5, 5))
+    assert_tree_allclose(ones @ psd_ginv(ones) @ ones, ones, rtol=0, atol=1e-14)
+    B = jax.random.normal(jax.random.PRNGKey(11), (5, 2))
+    dB = jax.random.normal(jax.random.PRNGKey(12), (5, 2))
+    f = jax.jit(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
+    fd = central_difference(f, 0.0, 1.0)
+    jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
+    assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    assert np.all(np.isnan(psd_ginv(jnp.eye(3).at[0, 0].set(jnp.nan))))
+    assert np.all(np.isnan(jax.jit(lambda r: psd_ginv(jnp.eye(3), r))(jnp.nan)))
+    with pytest.raises(ValueError, match="rtol"):
+        psd_ginv(jnp.eye(3), -1.0)
 
 
 def test_psd_pinv_derivative_and_non_finite():

@@ -31,12 +31,16 @@ from ukjax.dynamics import uk_constraint_force as uk_constraint_force
 from ukjax.linalg import PINV_METHODS as PINV_METHODS
 from ukjax.linalg import matrix_rank as matrix_rank
 from ukjax.linalg import pinv as pinv
+from ukjax.linalg import psd_ginv as psd_ginv
 from ukjax.linalg import psd_pinv as psd_pinv
 from ukjax.simulation import RESULTS as RESULTS
 from ukjax.simulation import SimulationError as SimulationError
 from ukjax.simulation import Solution as Solution
+from ukjax.simulation import as_params as as_params
 from ukjax.simulation import simulate as simulate
 from ukjax.simulation import simulate_batch as simulate_batch
+from ukjax.stepping import State as State
+from ukjax.stepping import step as step
 from ukjax.system import Layout as Layout
 from ukjax.system import Level as Level
 from ukjax.system import System as System

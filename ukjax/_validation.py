@@ -178,7 +178,7 @@ def _call(what: str, signature: str, fn, *args):
         raise ValueError(f"{what} failed at the initial state: {error}") from error
 
 
-def model_at_start(system, q0, qd0, t0, params) -> None:
+def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) -> None:
     """Check every function of ``system`` at the initial state before anything is compiled.
 
     Every function (mass, force, non-ideal vector, actuation, every constraint's second-order form and
@@ -222,8 +222,24 @@ def model_at_start(system, q0, qd0, t0, params) -> None:
             f"{np.max(np.abs(M - M.T)):.3g}); the Udwadia-Kalaba equation needs a symmetric M"
         )
     smallest = np.linalg.eigvalsh((M + M.T) / 2)[0]
-    if not smallest > M.shape[0] * np.finfo(M.dtype).eps * np.max(np.abs(np.diagonal(M)), initial=0.0):
+    cut = M.shape[0] * np.finfo(M.dtype).eps * np.max(np.abs(np.diagonal(M)), initial=0.0)
+    if singular_mass:
+        if not smallest >= -cut:
+            raise ValueError(
+                f"the mass matrix is not positive semidefinite at the initial state (smallest eigenvalue "
+                f"{smallest:.3g}); check masses and inertias in params"
+            )
+        A, _ = system.constraint_equations(q0, qd0, t0, params)
+        stacked = np.concatenate([(M + M.T) / 2, np.asarray(A)], axis=0)
+        if np.linalg.matrix_rank(stacked) < M.shape[0]:
+            raise ValueError(
+                "rank [M; A] < n at the initial state: the constraints do not fix the accelerations that the "
+                "singular mass matrix leaves free, so the motion is not unique (de Falco et al., eq. 37-43)"
+            )
+        return
+    if not smallest > cut:
         raise ValueError(
             f"the mass matrix is not positive definite at the initial state (smallest eigenvalue "
-            f"{smallest:.3g}); check masses and inertias in params"
+            f"{smallest:.3g}); check masses and inertias in params, or use a singular-mass form "
+            f"(uk_solver='falco' or 'phohomsiri')"
         )

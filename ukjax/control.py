@@ -126,7 +126,7 @@ def actuation_matrix(system, q, t, p):
     return B
 
 
-def force_response(system, q, qd, t, p, B, *, method: str = "cholesky", rtol=None):
+def force_response(system, q, qd, t, p, B, *, method: str = "ldl", rtol=None):
     """P B: the acceleration per unit of each column of a force matrix B (n, k), passive constraints enforced.
 
     Column j is the UK acceleration (seed 000 eq. 15) of the given force B[:, j] with b_p = 0 and no non-ideal
@@ -139,7 +139,7 @@ def force_response(system, q, qd, t, p, B, *, method: str = "cholesky", rtol=Non
     return jax.vmap(one, in_axes=1, out_axes=1)(B)
 
 
-def servo_equation(system, q, qd, t, p, *, method: str = "cholesky", rtol=None) -> ServoEquation:
+def servo_equation(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> ServoEquation:
     """Assemble ``(A_s P B) u = b_s - A_s q̈₀`` (eq. (*) of the module docstring; seed 000 eq. 24-32).
 
     ``method``/``rtol`` are those of :func:`ukjax.uk_acceleration` for the passive dynamics.
@@ -193,7 +193,7 @@ def _null_vector(s, q, qd, t, p):
 
 
 def servo_control(
-    system, q, qd, t, p, *, s: Callable | None = None, method: str = "cholesky", rtol=None
+    system, q, qd, t, p, *, s: Callable | None = None, method: str = "ldl", rtol=None
 ):
     """The servo controls u (n_u,) at one state (seed 000 eq. 35, with passive constraints as derived above).
 
@@ -219,7 +219,7 @@ def servo_residual(system, q, qd, t, p, qdd):
 
 
 def closed_loop_acceleration(
-    system, q, qd, t, p, *, s: Callable | None = None, method: str = "cholesky", rtol=None
+    system, q, qd, t, p, *, s: Callable | None = None, method: str = "ldl", rtol=None
 ) -> ClosedLoop:
     """q̈ = q̈₀ + P B u with u from :func:`servo_control`: the controlled motion of seed 000 eq. 16.
 
@@ -239,14 +239,16 @@ def closed_loop_acceleration(
     )
 
 
-def controllability(system, q, qd, t, p, *, method: str = "cholesky", rtol=None) -> Controllability:
+def controllability(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> Controllability:
     """:func:`servo_controllability` of the system's servo equation at one state."""
     system.check_state(q, qd)
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
     return servo_controllability(eq.D, eq.r, rtol=rtol)
 
 
-def consistent_state(system, q_guess, qd_guess, t, p, *, servo: bool = True, iterations: int = 30):
+def consistent_state(
+    system, q_guess, qd_guess, t, p, *, fixed=(), servo: bool = True, iterations: int = 30
+):
     """An initial state (q0, q̇0) on the constraint manifold, found from a guess.
 
     Position: Gauss-Newton with minimum-norm steps, q ← q - J⁺ φ(q), on all holonomic constraints (passive,
@@ -254,18 +256,28 @@ def consistent_state(system, q_guess, qd_guess, t, p, *, servo: bool = True, ite
     solution).
     Velocity: then q̇ ← q̇ - K⁺ v(q̇) on v = (φ̇, ψ), the velocity residuals of the same constraints, repeated
     ``iterations`` times (one step is exact when v is affine in q̇, as for holonomic and Pfaffian constraints).
-    The minimum-norm steps keep (q0, q̇0) as close to the guess as the constraints let them. Seed 000 §II notes
-    that second-order constraints lose no information only if the initial state satisfies the constraints of
-    order zero and one; this function supplies such a state when a paper gives none.
+    The minimum-norm steps keep (q0, q̇0) as close to the guess as the constraints let them. Liu et al. (2015,
+    §II) note that second-order constraints lose no information only if the initial state satisfies the
+    constraints of order zero and one; this function supplies such a state when a paper gives none.
+
+    ``fixed``: indices of coordinates whose position and velocity are kept exactly as guessed (a driving
+    crank's angle and speed, say); only the others move, J and K restricted to their columns. If the fixed
+    values admit no consistent state, the result is the least-squares compromise: check
+    ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
+    fixed = sorted({int(i) for i in fixed})
+    if any(i < 0 or i >= system.n for i in fixed):
+        raise ValueError(f"consistent_state: fixed indices must lie in [0, {system.n}), got {fixed}")
+    free = jnp.asarray([i for i in range(system.n) if i not in fixed], dtype=int)
     constraints = tuple(system.constraints) + (tuple(system.servo_constraints) if servo else ())
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
     position = lambda q: view.residuals(q, qd_guess, t, p)[0]
     velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
 
     def newton(residual, x):
-        return x - pinv(jax.jacfwd(residual)(x)) @ residual(x)
+        jacobian = jax.jacfwd(residual)(x)[:, free]
+        return x.at[free].add(-pinv(jacobian) @ residual(x))
 
     q = q_guess
     if position(q).size:

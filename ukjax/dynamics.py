@@ -78,10 +78,18 @@ import jax.numpy as jnp
 
 from ukjax._checks import constraint_consistency as constraint_consistency
 from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
-from ukjax.linalg import PINV_METHODS, check_rtol, cho_solve, cholesky, pinv, psd_pinv, small_matmul
+from ukjax.linalg import PINV_METHODS, check_rtol, cho_solve, cholesky, pinv, psd_ginv, psd_pinv, small_matmul
 
-ACCELERATION_METHODS = ("cholesky",) + tuple(PINV_METHODS)
-"""Values of ``method`` for :func:`uk_acceleration`: the Cholesky form or a generalized-inverse algorithm."""
+GRAM_METHODS = ("ldl", "cholesky")
+"""The Cholesky forms of seed 004 eq. 35, by the generalized inverse they take of G = A M⁻¹Aᵀ: ``"ldl"``, a
+reflexive generalized inverse by LDLᵀ without pivoting (:func:`ukjax.linalg.psd_ginv`; exact for consistent
+constraints, the fast default of :class:`ukjax.System` and :func:`ukjax.simulate`), and ``"cholesky"``, the
+Moore-Penrose inverse by pivoted Cholesky (:func:`ukjax.linalg.psd_pinv`; least squares for inconsistent
+b)."""
+
+ACCELERATION_METHODS = GRAM_METHODS + tuple(PINV_METHODS)
+"""Values of ``method`` for :func:`uk_acceleration`: a Cholesky form (:data:`GRAM_METHODS`) or the reference
+form with a generalized-inverse algorithm of B = A M^{-1/2} (:data:`ukjax.linalg.PINV_METHODS`)."""
 
 SINGULAR_MASS_FORMS = ("falco", "phohomsiri")
 
@@ -119,10 +127,7 @@ def gram_rtol(m: int, n: int, dtype=jnp.float64) -> float:
     return c * max(m, n, 1) * float(jnp.finfo(dtype).eps)
 
 
-def _psd_pinv(G, rtol):
-    """Moore-Penrose inverse of a symmetric positive-semidefinite matrix by pivoted Cholesky; the rank cut is
-    relative to the largest diagonal entry (:func:`ukjax.linalg.psd_pinv`)."""
-    return psd_pinv(G, rtol)
+_GRAM_INVERSES = {"ldl": psd_ginv, "cholesky": psd_pinv}
 
 
 @jax.custom_jvp
@@ -150,14 +155,14 @@ class _Eq35Factors(eqx.Module):
 
     L: jax.Array  # Cholesky factor of M
     MinvAT: jax.Array  # M⁻¹Aᵀ
-    G_pinv: jax.Array  # (A M⁻¹Aᵀ)⁺
+    G_pinv: jax.Array  # (A M⁻¹Aᵀ)⁺, or a reflexive generalized inverse G⁻ (method "ldl")
     lam_F: jax.Array  # λ of the total given force F = Q + c: q̈ = M⁻¹(F + Aᵀλ_F)
     lam_Q: jax.Array  # λ of Q alone (the ideal force is Aᵀλ_Q)
     qdd_Q: jax.Array  # M⁻¹(Q + Aᵀλ_Q)
     r_perp: jax.Array  # (I - G G⁺) b: the part of b outside range(A), zero for consistent constraints
 
 
-def _eq35_forward(M, Q, A, b, c, rtol):
+def _eq35_forward(method, M, Q, A, b, c, rtol):
     """(q̈, Q^c_id, Q^c_nid) by a Cholesky of M and G⁺, G = A M⁻¹Aᵀ (seed 004 eq. 34-36), and the factors.
 
     Written for small systems under ``vmap``: products as fused outer-product sums (linalg.small_matmul).
@@ -170,7 +175,7 @@ def _eq35_forward(M, Q, A, b, c, rtol):
     solved = cho_solve(L, jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
     a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
     G = mm(A, MinvAT)
-    G_pinv = _psd_pinv(G, rtol)
+    G_pinv = _GRAM_INVERSES[method](G, rtol)
     r_F = b - mm(A, a_F)
     lam_F = mm(G_pinv, r_F)
     qdd = a_F + mm(MinvAT, lam_F)
@@ -185,8 +190,8 @@ def _eq35_forward(M, Q, A, b, c, rtol):
     return (qdd, ideal, nonideal), factors
 
 
-@jax.custom_jvp
-def _eq35_terms(M, Q, A, b, c, rtol):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _eq35_terms(method, M, Q, A, b, c, rtol):
     """(q̈, Q^c_id, Q^c_nid) of seed 004 eq. 35 with a derivative that reuses the forward factorization.
 
     Differentiating the Lagrange-multiplier form M q̈ = F + Aᵀλ, A q̈ = b (F = Q + c, λ = G⁺(b - A M⁻¹F))
@@ -204,15 +209,15 @@ def _eq35_terms(M, Q, A, b, c, rtol):
     triangular solve pair with the forward Cholesky factor, against autodiff through the factorizations
     (``benchmarks/compile_and_gradient.py`` measures both).
     """
-    return _eq35_forward(M, Q, A, b, c, rtol)[0]
+    return _eq35_forward(method, M, Q, A, b, c, rtol)[0]
 
 
 @_eq35_terms.defjvp
-def _eq35_terms_jvp(primals, tangents):
+def _eq35_terms_jvp(method, primals, tangents):
     M, Q, A, b, c, rtol = primals
     dM, dQ, dA, db, dc, _ = tangents
     mm = small_matmul
-    (qdd, ideal, nonideal), f = _eq35_forward(M, Q, A, b, c, rtol)
+    (qdd, ideal, nonideal), f = _eq35_forward(method, M, Q, A, b, c, rtol)
 
     def multiplier_tangent(acc, lam, dforce):
         rhs = jnp.stack([dforce - mm(dM, acc) + mm(dA.T, lam), mm(dA.T, f.r_perp)], axis=1)
@@ -252,9 +257,9 @@ def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
     if check:
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
     M = symmetric_part(M)
-    if method == "cholesky":
+    if method in GRAM_METHODS:
         rtol = gram_rtol(A.shape[0], M.shape[0], M.dtype) if rtol is None else rtol
-        return _eq35_terms(M, Q, A, b, c, jnp.asarray(rtol, M.dtype))
+        return _eq35_terms(method, M, Q, A, b, c, jnp.asarray(rtol, M.dtype))
     return _reference_terms(M, Q, A, b, c, method, rtol)
 
 
@@ -478,7 +483,7 @@ def _recursive(M, Q, As, bs, Rs, rtol, *, covariance_update, check):
         scale = jax.lax.stop_gradient(jnp.max(jnp.diagonal(A_k @ P0 @ A_k.T + noise), initial=0.0))
         # A generalized inverse cuts rank relative to its own size; the padded entry sets that size to scale.
         padded = jnp.zeros((m_k + 1, m_k + 1), M.dtype).at[:m_k, :m_k].set(S).at[m_k, m_k].set(scale)
-        K = P @ A_k.T @ _psd_pinv(padded, rtol)[:m_k, :m_k]
+        K = P @ A_k.T @ psd_pinv(padded, rtol)[:m_k, :m_k]
         acc = acc + K @ (b_k - A_k @ acc)
         if covariance_update == "joseph":
             I_KA = identity - K @ A_k

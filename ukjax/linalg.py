@@ -672,6 +672,101 @@ def _psd_pinv_cholesky(G, rtol):
     return small_matmul(Yt.T, Yt)
 
 
+def _ldl_entries(g, cutoff):
+    """Unrolled LDLᵀ without pivoting of a PSD matrix (nested lists of scalars; Golub & Van Loan alg. 4.1.2).
+
+    Returns the strictly lower part of the unit-lower-triangular L (``l[i][j]``, j < i) and the reciprocal
+    pivots D⁺ (``dinv[j]``, 0 for a pivot ≤ ``cutoff``, whose column of L is then e_j).
+    """
+    m = len(g)
+    W = [list(row) for row in g]
+    l = [[None] * m for _ in range(m)]
+    dinv = []
+    for j in range(m):
+        keep = W[j][j] > cutoff
+        inv = _safe_div(1, W[j][j], keep)
+        dinv.append(inv)
+        for i in range(j + 1, m):
+            l[i][j] = W[i][j] * inv
+        for i in range(j + 1, m):
+            for k in range(j + 1, i + 1):
+                W[i][k] = W[i][k] - l[i][j] * W[k][j]
+    return l, dinv
+
+
+def _ldl_solve_entries(l, dinv, rows):
+    """x = L⁻ᵀ D⁺ L⁻¹ r for the factors of :func:`_ldl_entries`; each row of r is a scalar or a vector."""
+    m = len(dinv)
+    y = []
+    for i in range(m):
+        y.append(rows[i] - _dot(l[i][:i], y, rows[i]))
+    x = [None] * m
+    for i in reversed(range(m)):
+        x[i] = dinv[i] * y[i] - _dot([l[k][i] for k in range(i + 1, m)], x[i + 1:], y[i])
+    return x
+
+
+def _ldl_loop(G, cutoff):
+    """:func:`_ldl_entries` as a ``fori_loop`` over columns (right-looking), for m above the unroll limit:
+    (L, D⁺) with L unit lower triangular."""
+    m = G.shape[0]
+    rows = jnp.arange(m)
+
+    def body(j, carry):
+        W, L, dinv = carry
+        w = W[j, j]
+        keep = w > cutoff
+        inv = _safe_div(1, w, keep)
+        below = jnp.where(rows > j, W[:, j], 0)
+        col = below * inv
+        return W - jnp.outer(col, below), L.at[:, j].add(col), dinv.at[j].set(inv)
+
+    _, L, dinv = _loop(m, body, (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype)))
+    return L, dinv
+
+
+def _psd_ginv_ldl(G, rtol):
+    m = G.shape[0]
+    cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
+    if m <= _UNROLL_MAX:
+        l, dinv = _ldl_entries(_entries(G), cutoff)
+        eye = jnp.eye(m, dtype=G.dtype)
+        return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
+    L, dinv = _ldl_loop(G, cutoff)
+    every = jnp.ones(m, bool)
+    L_inv = _solve_lower(L, jnp.eye(m, dtype=G.dtype), every)
+    return (L_inv.T * dinv) @ L_inv
+
+
+def psd_ginv(G, rtol=None):
+    """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix, by
+    LDLᵀ without pivoting: G = L D Lᵀ, G⁻ = L⁻ᵀ D⁺ L⁻¹ (a pivot ≤ ``rtol * max_i G_ii`` counts as zero).
+
+    G G⁻ G = G and G⁻ G G⁻ = G⁻ (Penrose conditions 1 and 2), but G G⁻ is an oblique projector, so G⁻ is the
+    Moore-Penrose inverse only when G is nonsingular. That is all the UK equation needs for consistent
+    constraints: every solution λ of G λ = r, r ∈ range(G) = range(A), gives the same Aᵀλ, because
+    null(G) = null(Aᵀ) for G = A M⁻¹Aᵀ with positive-definite M; so q̈ = a + M⁻¹Aᵀ G⁻(b - A a) equals the
+    Moore-Penrose form (de Falco et al., eq. 35) for redundant (rank-deficient) constraints too. For
+    inconsistent b it is not the least-squares acceleration: A q̈ - b is then the residual of an oblique
+    projection (use :func:`psd_pinv`).
+
+    Cost: for m ≤ 8 the factorization and the inverse are unrolled scalar code with no loop and no pivot
+    search, which fuses across a ``vmap`` batch; above, one ``fori_loop`` over columns with no pivot search
+    (against :func:`psd_pinv`'s pivot search and second factorization). Default ``rtol``: m eps, as
+    :func:`psd_pinv`. Derivatives by autodiff through the factorization, exact where the set of dropped
+    pivots is locally constant. Non-finite G gives an all-NaN result.
+    """
+    G = _check_matrix(G, "psd_ginv", square=True)
+    check_rtol(rtol, "psd_ginv")
+    if G.size == 0:
+        return G
+    G = (G + G.T) / 2
+    G0, finite = _finite_or_zero(G)
+    rtol = jax.lax.stop_gradient(_rtol_array(rtol, G))
+    valid = finite & (rtol >= 0)  # False for a NaN rtol too
+    return jnp.where(valid, _psd_ginv_ldl(G0, jnp.where(valid, rtol, 0)), jnp.nan)
+
+
 def psd_pinv(G, rtol=None):
     """Moore-Penrose inverse of a symmetric positive semi-definite n x n matrix G by pivoted Cholesky.
 

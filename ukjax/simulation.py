@@ -10,15 +10,19 @@ times next to the trajectory.
 
 Integration (all keyword-only options of :func:`simulate`):
 
-* **adaptive** (``dt=None``, the default): ``diffrax.PIDController(rtol, atol)`` with an automatic first step;
-  for accuracy studies.
-* **fixed step** (``dt`` given): ``diffrax.ConstantStepSize`` with step ``dt``; for throughput, above all in
-  batches (see :func:`simulate_batch`).
+* **adaptive** (``dt0=None``, the default): ``diffrax.PIDController(rtol, atol)`` with an automatic first
+  step; for accuracy studies.
+* **fixed step** (``dt0`` given; ``dt`` is its former name): ``diffrax.ConstantStepSize`` with step
+  ``dt0``; for throughput, above all in batches (see :func:`simulate_batch`).
+* any diffrax ``stepsize_controller``, ``saveat=diffrax.SaveAt(ts=..., t0=..., t1=...)`` and ``adjoint`` are
+  passed through, as in ``diffrax.diffeqsolve``.
 * ``solver``: any diffrax solver; the default for both is ``diffrax.Tsit5()`` (explicit 5th-order Runge-Kutta,
   6 vector-field evaluations per step). diffrax has no classical RK4; ``diffrax.Heun()`` (2nd order) or
   ``diffrax.Bosh3()`` (3rd order) are cheaper fixed-step choices.
 * ``max_steps``: bound on the number of steps (accepted + rejected); the default 65536 costs nothing unless
-  reached.
+  reached (exactly the steps the span needs for a fixed step).
+
+One step at a time, for control loops: :func:`ukjax.stepping.step`.
 
 Failures never raise from inside diffrax (``throw=False`` there): they become a status code per scenario,
 :class:`RESULTS`. ``simulate(..., throw=True)`` instead raises an ``equinox`` runtime error with the message
@@ -37,9 +41,12 @@ and Baumgarte gains.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import math
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import diffrax
@@ -52,7 +59,7 @@ from ukjax import _validation as validate
 from ukjax import dynamics
 from ukjax._config import float64_enabled
 from ukjax.constraints import stack_blocks
-from ukjax.system import System
+from ukjax.system import SOLVERS, System
 
 DEFAULT_NUM_SAVES = 201
 """Number of evenly spaced save times when ``ts`` is not given."""
@@ -87,6 +94,7 @@ class RESULTS(enum.IntEnum):
     control_infeasible = 4
     step_size_collapse = 5
     constraint_violated = 6
+    successful = 0  # alias of ``success``: the name of diffrax.RESULTS
 
     @staticmethod
     def message(code) -> str:
@@ -100,7 +108,7 @@ _MESSAGES = {
     "a mass matrix that is not positive definite, a NaN gain, a singular configuration)",
     RESULTS.inconsistent_constraints: "the constraints were inconsistent at a saved time: ‖A q̈ - b‖ = "
     "‖A A⁺ b - b‖ > consistency_rtol (1 + ‖b‖) (Liu et al. 2015, eq. 27); the acceleration is only a "
-    "least-squares compromise",
+    "compromise (least squares with method='cholesky' or a reference method)",
     RESULTS.control_infeasible: "the servo constraints could not be met by the actuators at a saved time: "
     "(C B̄) u = b̄ has no solution (Liu et al. 2015, Assumption 3)",
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
@@ -121,6 +129,25 @@ COMPLETED = tuple(
     )
 )
 """Statuses of a run that reached t1 with a finite state (:attr:`Solution.completed`)."""
+
+
+def as_params(params):
+    """``params`` with every floating leaf a strongly typed JAX array of its own dtype (Python floats in the
+    default float dtype); other leaves unchanged.
+
+    ``jnp.array(1.0)`` and Python floats are *weakly typed*: a ``jax.jit`` compiled for them is compiled
+    again when the same leaves come back strongly typed, e.g. after an optax update (three compilations of a
+    tuning step instead of one). :func:`simulate` and :mod:`ukjax.tune` normalize their parameters with this
+    function; call it on parameters you pass to your own jitted functions.
+    """
+
+    def strong(x):
+        if isinstance(x, float) or (isinstance(x, jax.Array | np.ndarray | np.floating)
+                                    and jnp.issubdtype(jnp.result_type(x), jnp.inexact)):
+            return jnp.asarray(x, dtype=jnp.result_type(x))
+        return x
+
+    return jax.tree_util.tree_map(strong, params)
 
 
 class SimulationError(RuntimeError):
@@ -151,8 +178,10 @@ class Solution(eqx.Module):
         constraint_force: :class:`ukjax.dynamics.ConstraintForce` with ``ideal``, ``nonideal`` and
             ``total``, each (T, n): the force of the passive constraints, seed 000 eq. 11-12
             (``M q̈ = Q [+ B u] + total``).
-        consistency: (T,) ‖A q̈ - b‖ of the passive constraints: equal to ‖A A⁺ b - b‖ (seed 000 eq. 27), the
-            distance of b from range(A), for the computed q̈; 0 when consistent.
+        consistency: (T,) ‖A q̈ - b‖ of the passive constraints for the computed q̈; 0 exactly when b is
+            consistent. With ``method="cholesky"`` or a reference method it equals ‖A A⁺ b - b‖ (seed 000
+            eq. 27), the distance of b from range(A); the default ``"ldl"`` keeps the rows it can satisfy and
+            reports a residual at least that large.
         position_violation, velocity_violation: (T,) the scaled residuals the status is judged by:
             max_i |φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞)), a relative distance from the constraint surface, and
             max_i |φ̇_i or ψ_i| / (‖∂φ_i/∂q or ∂ψ_i/∂q̇‖ (1 + ‖q̇‖∞)); 0 without such constraints.
@@ -217,6 +246,57 @@ class Solution(eqx.Module):
         """max over saved times of ‖(φ̇, ψ)‖∞ (0 without velocity-level residuals)."""
         return jnp.max(jnp.abs(self.velocity_residual), axis=(-2, -1), initial=0.0)
 
+    def save(self, path) -> Path:
+        """Write every array of this solution (batched or not) to a NumPy ``.npz`` file; returns its path.
+
+        The file holds plain arrays named after the fields (``constraint_force.ideal``, ...) plus the ukjax
+        version, so NumPy, pandas or another language can read it without ukjax. Written to a temporary file
+        and renamed, so an interrupted save never leaves a half-written file. :meth:`load` reads it back.
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays = {"__format__": np.asarray(_SAVE_FORMAT)}
+        for name, value in _solution_fields(self):
+            if value is not None:
+                arrays[name] = np.asarray(value)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        with open(partial, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+        os.replace(partial, path)
+        return path
+
+    @classmethod
+    def load(cls, path) -> Solution:
+        """Read a solution written by :meth:`save` (arrays come back as JAX arrays of the saved dtypes)."""
+        with np.load(Path(path), allow_pickle=False) as data:
+            if "__format__" not in data or str(data["__format__"]) != _SAVE_FORMAT:
+                raise ValueError(f"{path} is not a ukjax Solution file (written by Solution.save)")
+            values = {k: jnp.asarray(data[k]) for k in data.files if k != "__format__"}
+        force = dynamics.ConstraintForce(
+            ideal=values.pop("constraint_force.ideal"), nonideal=values.pop("constraint_force.nonideal")
+        )
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = fields - set(values) - {"constraint_force", "u", "servo_residual"}
+        if missing:
+            raise ValueError(f"{path}: missing fields {sorted(missing)}")
+        return cls(constraint_force=force, **{k: values.get(k) for k in fields if k != "constraint_force"})
+
+
+_SAVE_FORMAT = "ukjax.Solution/1"
+
+
+def _solution_fields(solution: Solution):
+    """(name, array or None) for every field; the constraint force as its two parts."""
+    for field in dataclasses.fields(solution):
+        value = getattr(solution, field.name)
+        if isinstance(value, dynamics.ConstraintForce):
+            yield f"{field.name}.ideal", value.ideal
+            yield f"{field.name}.nonideal", value.nonideal
+        else:
+            yield field.name, value
+
 
 # ---------------------------------------------------------------------- configuration (static under jit)
 class _Config(eqx.Module):
@@ -224,6 +304,7 @@ class _Config(eqx.Module):
 
     solver: Any = eqx.field(static=True)
     adaptive: bool = eqx.field(static=True)
+    has_dt0: bool = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     method: str = eqx.field(static=True)
     uk_solver: str = eqx.field(static=True)
@@ -245,6 +326,7 @@ class _Numbers(eqx.Module):
     pinv_rtol: jax.Array
     consistency_rtol: jax.Array
     constraint_rtol: jax.Array
+    controller: Any = None  # a user's stepsize_controller: its arrays traced, its other fields static
 
 
 def _evals_per_step(solver) -> tuple[int, int]:
@@ -415,7 +497,10 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
         q, qd = y
         return ~(jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)))
 
-    if config.adaptive:
+    if numbers.controller is not None:
+        controller = numbers.controller
+        dt0 = numbers.dt if config.has_dt0 else None
+    elif config.adaptive:
         controller = diffrax.PIDController(
             rtol=numbers.rtol,
             atol=numbers.atol,
@@ -488,8 +573,9 @@ def _simulate_many(system, config, numbers, q0, qd0, params):
 
 # ---------------------------------------------------------------------- options (checked before compiling)
 _OPTIONS = (
-    "t0", "t1", "ts", "solver", "dt", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
-    "consistency_rtol", "constraint_rtol", "adjoint", "progress", "throw",
+    "t0", "t1", "ts", "solver", "dt0", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
+    "consistency_rtol", "constraint_rtol", "saveat", "stepsize_controller", "adjoint", "progress", "throw",
+    "dt",
 )
 
 
@@ -510,7 +596,7 @@ def _prepare(
     t1,
     ts,
     solver,
-    dt,
+    dt0,
     rtol,
     atol,
     max_steps,
@@ -519,11 +605,28 @@ def _prepare(
     pinv_rtol,
     consistency_rtol,
     constraint_rtol,
+    saveat,
+    stepsize_controller,
     adjoint,
     progress,
     throw,
+    dt,
 ):
     """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
+    if dt0 is not None and dt is not None:
+        raise ValueError("give the step as dt0 (or dt, its former name), not both")
+    step_name = "dt" if dt0 is None else "dt0"
+    dt = dt0 if dt0 is not None else dt
+    if saveat is not None:
+        if ts is not None:
+            raise ValueError("give the save times as ts or as saveat, not both")
+        ts = _times_of(saveat, t0, t1)
+    controller = stepsize_controller
+    if controller is not None and not isinstance(controller, diffrax.AbstractStepSizeController):
+        raise TypeError(f"stepsize_controller must be a diffrax step-size controller, got {type(controller)}")
+    fixed_step = controller is None and dt is not None or isinstance(controller, diffrax.ConstantStepSize)
+    if fixed_step and dt is None:
+        raise ValueError("stepsize_controller=diffrax.ConstantStepSize() needs the step: give dt0")
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
     if not float64_enabled():
@@ -533,10 +636,11 @@ def _prepare(
             stacklevel=3,
         )
     q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
+    params = as_params(params)
     # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     dtype = q0.dtype
-    if uk_solver not in ("uk", "recursive"):
-        raise ValueError(f"uk_solver must be 'uk' or 'recursive', got {uk_solver!r}")
+    if uk_solver not in SOLVERS:
+        raise ValueError(f"uk_solver must be one of {SOLVERS}, got {uk_solver!r}")
     if method not in dynamics.ACCELERATION_METHODS:
         raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
@@ -546,20 +650,21 @@ def _prepare(
     ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
     dt_value = None if dt is None else validate.host_float(dt)
     if dt is not None:
-        dt = validate.scalar(dt, "dt", dtype, positive=True)
-        validate.fixed_step(t0_value, t1_value, dt_value)
+        dt = validate.scalar(dt, step_name, dtype, positive=True)
+        if fixed_step:
+            validate.fixed_step(t0_value, t1_value, dt_value)
     known = None not in (t0_value, t1_value, dt_value)
     if max_steps is None:
         # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
         # is what the trajectory needs; adaptive or traced times: DEFAULT_MAX_STEPS.
-        fixed_known = dt is not None and known
+        fixed_known = fixed_step and known
         steps = validate.fixed_step_count(t0_value, t1_value, dt_value) if fixed_known else None
         max_steps = DEFAULT_MAX_STEPS if steps is None else steps + 1
     if adjoint is None:
         # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
         # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
         # Otherwise diffrax's default binomial checkpointing, O(sqrt(max_steps)) checkpoints.
-        fixed = dt is not None and known
+        fixed = fixed_step and known
         adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps if fixed else None)
     batch = q0.shape[0] if batched else None
     poisoned = validate.parameters(params, batched=batched and batch_params, batch=batch)
@@ -571,13 +676,14 @@ def _prepare(
         # Eager even inside a user's jit over other arguments (there, JAX would otherwise trace these calls).
         with jax.ensure_compile_time_eval():
             t_start = jnp.asarray(t0_value, dtype)
+            singular = uk_solver in dynamics.SINGULAR_MASS_FORMS
             if not batched:
-                validate.model_at_start(system, q0, qd0, t_start, params)
+                validate.model_at_start(system, q0, qd0, t_start, params, singular_mass=singular)
             else:
                 k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
                 if k is not None:
                     p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
-                    validate.model_at_start(system, q0[k], qd0[k], t_start, p_k)
+                    validate.model_at_start(system, q0[k], qd0[k], t_start, p_k, singular_mass=singular)
     eps = float(jnp.finfo(dtype).eps)
     if constraint_rtol is None:
         constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
@@ -585,7 +691,8 @@ def _prepare(
         consistency_rtol = max(DEFAULT_CONSISTENCY_RTOL, math.sqrt(eps))
     config = _Config(
         solver=diffrax.Tsit5() if solver is None else solver,
-        adaptive=dt is None,
+        adaptive=not fixed_step,
+        has_dt0=dt is not None,
         max_steps=max_steps,
         method=method,
         uk_solver=uk_solver,
@@ -605,8 +712,65 @@ def _prepare(
         pinv_rtol=nan if pinv_rtol is None else validate.scalar(pinv_rtol, "pinv_rtol", dtype, positive=True),
         consistency_rtol=validate.scalar(consistency_rtol, "consistency_rtol", dtype, positive=True),
         constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, positive=True),
+        controller=controller,
     )
-    return config, numbers, q0, qd0
+    return config, numbers, q0, qd0, params
+
+
+def _batched_by_spec(params, spec, batch: int | None):
+    """``params`` with every leaf batched: leaves that ``spec`` marks shared (False/None) are broadcast to
+    (batch, ...), those it marks batched (True/0) are checked to have the batch axis first."""
+    if batch is None:
+        raise ValueError("q0 must have shape (batch, n) for simulate_batch")
+    flag_leaf = lambda x: x is None or isinstance(x, (bool, int, np.bool_))
+
+    def apply(prefix, flag, subtree):
+        if isinstance(flag, (bool, np.bool_)):
+            batched = bool(flag)
+        elif flag is None or (isinstance(flag, int) and flag == 0):
+            batched = flag == 0
+        else:
+            raise ValueError(f"batch_params: a leaf of the spec must be True/0 (batched) or False/None "
+                             f"(shared), got {flag!r}")
+
+        def one(path, x):
+            x = jnp.asarray(x)
+            if not batched:
+                return jnp.broadcast_to(x, (batch, *x.shape))
+            if x.ndim == 0 or x.shape[0] != batch:
+                name = f"params{jax.tree_util.keystr(prefix + path)}"
+                raise ValueError(f"batch_params marks {name} as batched, but its shape {x.shape} does not "
+                                 f"start with the batch size {batch}")
+            return x
+
+        return jax.tree_util.tree_map_with_path(one, subtree)
+
+    try:
+        return jax.tree_util.tree_map_with_path(apply, spec, params, is_leaf=flag_leaf)
+    except (TypeError, ValueError) as error:
+        if "batch_params" in str(error):
+            raise
+        raise ValueError(f"batch_params must be a bool or a pytree prefix of params: {error}") from None
+
+
+def _times_of(saveat, t0, t1):
+    """The save times of a ``diffrax.SaveAt`` made of ``ts``, ``t0`` and ``t1`` (in the order t0, ts, t1)."""
+    if not isinstance(saveat, diffrax.SaveAt):
+        raise TypeError(f"saveat must be a diffrax.SaveAt, got {type(saveat).__name__}")
+    sub = saveat.subs
+    plain = diffrax.SaveAt(t1=True).subs
+    if (not isinstance(sub, diffrax.SubSaveAt) or sub.steps or sub.fn is not plain.fn or saveat.dense
+            or saveat.solver_state or saveat.controller_state or saveat.made_jump):
+        raise ValueError(
+            "saveat: ukjax computes its diagnostics at fixed save times, so only SaveAt(ts=..., t0=..., "
+            "t1=...) is supported (not steps, dense, fn, subs or solver/controller state)"
+        )
+    parts = ([jnp.reshape(jnp.asarray(t0, float), (1,))] if sub.t0 else []) + (
+        [jnp.asarray(sub.ts)] if sub.ts is not None else []
+    ) + ([jnp.reshape(jnp.asarray(t1, float), (1,))] if sub.t1 else [])
+    if not parts:
+        raise ValueError("saveat saves nothing: give ts, t0=True or t1=True")
+    return jnp.concatenate([jnp.ravel(x) for x in parts])
 
 
 def simulate(
@@ -619,18 +783,21 @@ def simulate(
     t1,
     ts=None,
     solver=None,
-    dt=None,
+    dt0=None,
     rtol=1e-8,
     atol=1e-8,
     max_steps: int | None = None,
-    method: str = "cholesky",
+    method: str = "ldl",
     uk_solver: str = "uk",
     pinv_rtol=None,
     consistency_rtol=None,
     constraint_rtol=None,
+    saveat=None,
+    stepsize_controller=None,
     adjoint=None,
     progress: bool = False,
     throw: bool = False,
+    dt=None,
 ) -> Solution:
     """Integrate ``system`` from (q0, q̇0) at t0 to t1 with parameters ``params``; one compiled program.
 
@@ -641,16 +808,30 @@ def simulate(
         params: the parameter pytree passed to every function of the system; differentiable.
         t0, t1: start and end time (t1 > t0, both finite).
         ts: save times in [t0, t1], non-decreasing; default ``DEFAULT_NUM_SAVES`` evenly spaced.
+        saveat: instead of ``ts``, a ``diffrax.SaveAt`` with ``ts``, ``t0`` and/or ``t1`` (diagnostics are
+            computed at fixed save times, so ``steps``, ``dense`` and ``fn`` are refused).
         solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step).
-        dt: fixed step size (``diffrax.ConstantStepSize``), 0 < dt < t1 - t0; ``None`` = adaptive
+        dt0: as in ``diffrax.diffeqsolve``: without ``stepsize_controller``, the fixed step size
+            (``diffrax.ConstantStepSize``), 0 < dt0 < t1 - t0; ``None`` = adaptive
             ``diffrax.PIDController(rtol, atol)``, which stops with ``step_size_collapse`` below
-            ``DTMIN_FRACTION * (t1 - t0)``.
-        rtol, atol: tolerances of the adaptive controller (positive; ignored for fixed step).
+            ``DTMIN_FRACTION * (t1 - t0)``. With an adaptive ``stepsize_controller``, the first step
+            (``None``: chosen automatically).
+        dt: the former name of ``dt0``, still accepted (give one of the two).
+        stepsize_controller: any diffrax step-size controller, used as given (then ``rtol``/``atol`` are
+            unused); ``diffrax.ConstantStepSize()`` needs ``dt0``. Numbers inside it are part of the
+            compiled program's cache key unless they are JAX arrays.
+        rtol, atol: tolerances of the default adaptive controller (positive; ignored for fixed step).
         max_steps: step budget; reaching it gives status ``max_steps_reached``. ``None``: for a fixed step
             exactly ceil((t1 - t0)/dt) + 1, so reverse-mode memory is what the trajectory needs; otherwise
             ``DEFAULT_MAX_STEPS``. A new span or step then compiles a new program (the budget is static).
         method, uk_solver, pinv_rtol: how q̈ is computed (:meth:`System.acceleration` ``method``, ``solver``,
             ``rtol``); ``pinv_rtol`` (positive) is also the rank tolerance of the consistency residual.
+            ``method="ldl"`` (default): Cholesky of M and an LDLᵀ generalized inverse of A M⁻¹Aᵀ, the fast
+            form, exact for consistent constraints (redundant ones too); ``"cholesky"``: its Moore-Penrose
+            inverse (least squares when b is inconsistent); a :data:`ukjax.linalg.PINV_METHODS` name: the
+            reference form (Liu et al. 2015, eq. 13). ``uk_solver``: ``"uk"`` (one-shot), ``"recursive"``
+            (Orsino 2017, eq. 4.14-4.18), ``"falco"`` / ``"phohomsiri"`` for a singular mass matrix (de
+            Falco et al., eq. 41 and 42-43; rank [M; A] = n is checked at the start).
         consistency_rtol: status ``inconsistent_constraints`` when ‖A q̈ - b‖ > consistency_rtol (1 + ‖b‖)
             at any saved time; ``None``: ``DEFAULT_CONSISTENCY_RTOL`` (float64), √eps (float32).
         constraint_rtol: status ``constraint_violated`` when the scaled position or velocity residual
@@ -680,7 +861,8 @@ def simulate(
     progress, throw, shapes): a second call that changes only numbers (q0, params, tolerances, and t1 or dt
     when ``max_steps`` is given) does not recompile.
     """
-    config, numbers, q0, qd0 = _prepare(system, q0, qd0, params, batched=False, **_options(locals()))
+    options = _options(locals())
+    config, numbers, q0, qd0, params = _prepare(system, q0, qd0, params, batched=False, **options)
     return _run(_simulate_one, system, config, numbers, q0, qd0, params)
 
 
@@ -695,34 +877,42 @@ def simulate_batch(
     t1,
     ts=None,
     solver=None,
-    dt=None,
+    dt0=None,
     rtol=1e-8,
     atol=1e-8,
     max_steps: int | None = None,
-    method: str = "cholesky",
+    method: str = "ldl",
     uk_solver: str = "uk",
     pinv_rtol=None,
     consistency_rtol=None,
     constraint_rtol=None,
+    saveat=None,
+    stepsize_controller=None,
     adjoint=None,
     progress: bool = False,
     throw: bool = False,
+    dt=None,
 ) -> Solution:
     """Simulate a batch of scenarios in ONE compiled call (``jax.jit`` of ``jax.vmap`` of :func:`simulate`).
 
-    ``q0``, ``qd0`` have shape (batch, n), batch >= 1; with ``batch_params=True`` every leaf of ``params``
-    also has the batch axis first (one parameter set per scenario), otherwise all scenarios share
-    ``params``. Every array of the returned :class:`Solution` has the batch axis first; ``status`` is one code
-    per scenario, so one failing scenario never stops the others.
+    ``q0``, ``qd0`` have shape (batch, n), batch >= 1. ``batch_params`` says which leaves of ``params`` carry
+    the batch axis first (one value per scenario), like ``in_axes`` of ``jax.vmap``: ``True`` (every leaf),
+    ``False`` (none: all scenarios share ``params``), or a pytree prefix of ``params`` whose leaves are
+    True/0 (batched) or False/None (shared), e.g. ``{"alpha": True, "beta": True, "mass": False}`` or
+    ``{"gains": True, "model": None}``. Every array of the returned :class:`Solution` has the batch axis
+    first; ``status`` is one code per scenario, so one failing scenario never stops the others.
 
     Speed: adaptive stepping under ``vmap`` runs in **lockstep**: the batch advances together and every
     scenario takes as many steps as the slowest one (diffrax keeps finished scenarios idle, not free). For
-    throughput use a fixed step (``dt=...``), where all scenarios cost the same; use adaptive stepping for
+    throughput use a fixed step (``dt0=...``), where all scenarios cost the same; use adaptive stepping for
     accuracy. A progress bar (``progress=True``) follows the slowest scenario. Other arguments as in
     :func:`simulate`; the model is checked at the first scenario's initial state.
     """
     options = _options(locals())
-    config, numbers, q0, qd0 = _prepare(
+    if not isinstance(batch_params, bool):
+        params = _batched_by_spec(params, batch_params, np.shape(q0)[0] if np.ndim(q0) == 2 else None)
+        batch_params = True
+    config, numbers, q0, qd0, params = _prepare(
         system, q0, qd0, params, batched=True, batch_params=batch_params, **options
     )
     if not batch_params:

@@ -39,9 +39,9 @@ from ukjax.constraints import (
     second_order_blocks,
     stack_blocks,
 )
-from ukjax.linalg import cho_solve, cholesky, psd_pinv
+from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv
 
-SOLVERS = ("uk", "recursive")
+SOLVERS = ("uk", "recursive", "falco", "phohomsiri")
 
 
 class Motion(eqx.Module):
@@ -389,7 +389,7 @@ class System(eqx.Module):
         return stack_blocks(self.constraint_blocks(q, qd, t, p), self.n, jnp.result_type(q))
 
     def acceleration(
-        self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None, force=None
+        self, q, qd, t, p, *, method: str = "ldl", solver: str = "uk", rtol=None, force=None
     ):
         """q̈ of the constrained system, M q̈ = Q + Q^c (seed 000 eq. 11-13).
 
@@ -399,6 +399,13 @@ class System(eqx.Module):
         (eq. 4.2: a non-ideal vector enters as a given force) with P_0 = M⁻¹; ``method`` is unused there.
         Without constraints (A of shape (0, n)) both give q̈ = M⁻¹(Q + c) by a Cholesky solve. ``force``
         replaces Q (e.g. Q + B u).
+
+        ``solver="falco"`` or ``"phohomsiri"``: the forms of de Falco et al. (eq. 37-41) and Udwadia &
+        Phohomsiri (2006; de Falco et al. eq. 42-43) for a positive-semidefinite, possibly singular M with
+        rank [M; A] = n (:func:`ukjax.dynamics.singular_mass_acceleration`), generalized inverses by
+        ``method`` when it is one of :data:`ukjax.linalg.PINV_METHODS`, else by SVD. Their constraint force
+        is M q̈ - Q split into a non-ideal part (I - A⁺A) c, which does the work vᵀc on every virtual
+        displacement v, and an ideal part in range(Aᵀ).
 
         Clearances (``solver="recursive"`` only; eq. 4.17-4.18). With covariances R_r on the levels the
         update is K = P Ãᵀ(Ã P Ãᵀ + R)⁺ and the result is the weighted least-squares acceleration
@@ -418,7 +425,7 @@ class System(eqx.Module):
         return self.motion(q, qd, t, p, method=method, solver=solver, rtol=rtol, force=force).qdd
 
     def motion(
-        self, q, qd, t, p, *, method: str = "cholesky", solver: str = "uk", rtol=None, force=None
+        self, q, qd, t, p, *, method: str = "ldl", solver: str = "uk", rtol=None, force=None
     ) -> Motion:
         """q̈, the constraint forces and (A, b) at one state from one UK solve (see :meth:`acceleration`).
 
@@ -436,6 +443,13 @@ class System(eqx.Module):
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
         F = Q if c is None else Q + c
+        if solver in dynamics.SINGULAR_MASS_FORMS and A.shape[0] > 0:
+            self._refuse_clearance(f"solver={solver!r}")
+            inverse = method if method in PINV_METHODS else "svd"
+            qdd = dynamics.singular_mass_acceleration(M, Q, A, b, c, form=solver, method=inverse, rtol=rtol)
+            nonideal = jnp.zeros_like(Q) if c is None else c - pinv(A, inverse, rtol) @ (A @ c)
+            reaction = dynamics.ConstraintForce(ideal=0.5 * (M + M.T) @ qdd - Q - nonideal, nonideal=nonideal)
+            return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         if A.shape[0] == 0:
             qdd = jsl.cho_solve((jnp.linalg.cholesky(0.5 * (M + M.T)), True), F)
             zero = jnp.zeros_like(Q)
@@ -465,7 +479,7 @@ class System(eqx.Module):
         return [(A, b) for A, b, _ in triples], [R for _, _, R in triples]
 
     def constraint_force(
-        self, q, qd, t, p, *, force=None, method: str = "cholesky", solver: str = "uk", rtol=None
+        self, q, qd, t, p, *, force=None, method: str = "ldl", solver: str = "uk", rtol=None
     ):
         """The constraint force (ideal and non-ideal parts, seed 000 eq. 11-12) consistent with ``solver``.
 
