@@ -8,6 +8,7 @@ source files are not touched):
   that links to the object when the reference documents it, and stays plain code when it does not (a private
   module, an object of another library): an *optional* cross-reference of mkdocs-autorefs, so a role never
   breaks the strict build;
+* brackets that Markdown would read as a reference link ("[Aᵀ B][λ; u]"), escaped;
 * reST literal-block markers (``Example::``) into a plain colon, so the indented block after them renders as
   Markdown code, and reST simple tables (rows framed by ``=====  =====`` lines) into text code blocks, where
   Markdown would otherwise read the ``====`` lines as headings;
@@ -107,7 +108,14 @@ def _prose(obj: griffe.Object, lines: list[str]) -> list[str]:
         # so the names are joined by a no-break space.
         line = re.sub(r"^(\s+[\w.]+(?:, [\w.]+)+)(?=:\s)", lambda m: m[1].replace(", ", ",\u00a0"), line)
         out.append(line)
-    return cite(_roles(obj, "\n".join(out))).split("\n")
+    return cite(_roles(obj, _brackets("\n".join(out)))).split("\n")
+
+
+def _brackets(text: str) -> str:
+    """Escape "][" outside code spans: in maths such as "[Aᵀ B][λ; u]" Markdown would see a reference link
+    (docstrings cross-reference with roles, never with Markdown links)."""
+    parts = re.split(r"(``.*?``|`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else part.replace("][", "]\\[") for part in parts)
 
 
 def markdown(obj: griffe.Object, text: str) -> str:

@@ -63,14 +63,16 @@ def namespace(docs_dir: Path) -> tuple[str, list[str]]:
         target = member.final_target if member.is_alias else member
         path = target.path
         owner = target.path if target.is_module else target.module.path
-        kind = target.kind.value
         private = any(part.startswith("_") for part in owner.split("."))
         if private or not any(owner == m or owner.startswith(m + ".") for m in documented):
             # No page renders its module: render it here, under its public name.
             here.append(name)
-            path = f"ukjax.{name}"
-        rows.append(f"| [`ukjax.{name}`][{path}] | {kind} | {_summary(target)} |")
-    table = "| name | kind | what it is |\n| --- | --- | --- |\n" + "\n".join(rows)
+            path, where = f"ukjax.{name}", "below"
+        else:
+            module = next(m for m in sorted(documented, key=len, reverse=True) if owner.startswith(m))
+            where = f"[`{module}`][{module}]"
+        rows.append(f"| [`{name}`][{path}] | {where} | {_summary(target)} |")
+    table = "| `ukjax.` | documented in | what it is |\n| --- | --- | --- |\n" + "\n".join(rows)
     return table, here
 
 
