@@ -52,7 +52,7 @@ def _axes(ax):
     """``ax``, or the Axes of a new figure."""
     if ax is not None:
         return ax
-    return _pyplot().subplots(figsize=(6.4, 4.0))[1]
+    return _pyplot().subplots(figsize=(6.4, 4.0), layout="constrained")[1]
 
 
 def _check_solution(sol, name: str = "sol") -> None:

@@ -172,12 +172,17 @@ def _roles(obj: griffe.Object, text: str) -> str:
     return _ROLE.sub(link, text)
 
 
-def _reexports(node: ast.AST) -> list[str]:
-    """Names bound by ``from X import y as y`` / ``import x.y as y`` at the top level of a module."""
+def _reexports(node: ast.AST, package: str) -> list[str]:
+    """Names bound by ``from X import y as y`` / ``import x.y as y`` at the top level of a module, and
+    whether each is a submodule of the package itself (``from ukjax import tune as tune``), which griffe adds
+    to the members only after this hook."""
     names = []
     for statement in getattr(node, "body", []):
         if isinstance(statement, ast.ImportFrom | ast.Import):
-            names += [a.asname for a in statement.names if a.asname and a.asname == a.name.rsplit(".", 1)[-1]]
+            own = isinstance(statement, ast.ImportFrom) and statement.module == package
+            names += [
+                (a.asname, own) for a in statement.names if a.asname and a.asname == a.name.rsplit(".", 1)[-1]
+            ]
     return names
 
 
@@ -192,7 +197,7 @@ class UkjaxDocstrings(griffe.Extension):
     def on_module_members(self, *, node, mod: griffe.Module, agent, **kwargs) -> None:
         if mod.exports is not None or not isinstance(node, ast.Module):
             return
-        public = [name for name in _reexports(node) if name in mod.members]
+        public = [name for name, own in _reexports(node, mod.path) if own or name in mod.members]
         if public:
             # As if the module said __all__ = [its explicit re-exports and the public names it defines].
             defined = [n for n, m in mod.members.items() if not m.is_alias and not n.startswith("_")]
