@@ -106,7 +106,8 @@ def test_broken_reference_fails_the_strict_build(tmp_path):
     config.pop("nav", None)
     config.pop("extra_css", None)
     config["docs_dir"] = str(docs)
-    config["hooks"] = [str(ROOT / hook) for hook in config.get("hooks", [])]
+    for key in ("hooks", "watch"):  # paths relative to the repository
+        config[key] = [str(ROOT / path) for path in config.get(key, [])]
     python = next(p["mkdocstrings"] for p in config["plugins"] if isinstance(p, dict) and "mkdocstrings" in p)
     handler = python["handlers"]["python"]
     handler["paths"] = [str(ROOT)]
