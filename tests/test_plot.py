@@ -125,6 +125,24 @@ def test_constraint_force(single, part):
         assert float(np.max(np.abs(values))) > 1.0
 
 
+def test_control_draws_each_actuator(batch):
+    from ukjax.models import two_mass_spring as model
+    from ukjax.simulation import simulate
+
+    p = model.default_params()
+    q0, qd0 = model.initial_state(p, offset=0.1)
+    sol = simulate(model.system(), q0, qd0, p, t1=0.3, dt=0.01, ts=jnp.linspace(0, 0.3, 16))
+    ax = plot.control(sol, names=("F",), units="N")
+    (line,) = ax.get_lines()
+    assert_line(line, sol.ts, sol.u[:, 0])
+    assert ax.get_ylabel() == "u, control (N)" and ax.get_xlabel() == "t (s)"
+    assert float(np.max(np.abs(sol.u))) > 1.0  # the actuator works to close the 0.1 m offset
+    with pytest.raises(ValueError, match="sol has no controls"):
+        plot.control(batch, scenario=0)  # the pendulum has no actuators
+    with pytest.raises(ValueError, match="actuators must be indices in \\[0, 1\\)"):
+        plot.control(sol, actuators=[1])
+
+
 def test_batch_status_counts_every_status(batch):
     ax = plot.batch_status(batch)
     bars = ax.patches

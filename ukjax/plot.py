@@ -1,5 +1,5 @@
 """Plotting helpers for the figures every study draws: trajectories, constraint violation, constraint forces,
-the statuses of a batch, and the loss history of a tuning run.
+servo controls, the statuses of a batch, and the loss history of a tuning run.
 
 Each helper draws on matplotlib Axes (``ax=``, or a new figure when not given) and returns them; none calls
 ``plt.show()`` or saves a file, so they compose into a user's own figures and scripts::
@@ -89,7 +89,7 @@ def _names(names, n: int, prefix: str) -> list[str]:
         return [f"{prefix}{i}" for i in range(n)]
     names = list(names)
     if len(names) != n or not all(isinstance(x, str) for x in names):
-        raise ValueError(f"names must be {n} strings (one per coordinate), got {names!r}")
+        raise ValueError(f"names must be {n} strings (one per line drawn from the array), got {names!r}")
     return names
 
 
@@ -101,16 +101,16 @@ def _units(units, n: int) -> list[str] | None:
         return [units] * n
     units = list(units)
     if len(units) != n or not all(isinstance(x, str) for x in units):
-        raise ValueError(f"units must be one string or {n} strings (one per coordinate), got {units!r}")
+        raise ValueError(f"units must be one string or {n} strings (one per line), got {units!r}")
     return units
 
 
-def _indices(coordinates, n: int) -> list[int]:
-    if coordinates is None:
+def _indices(indices, n: int, name: str = "coordinates") -> list[int]:
+    if indices is None:
         return list(range(n))
-    picked = [int(i) for i in np.atleast_1d(coordinates)]
+    picked = [int(i) for i in np.atleast_1d(indices)]
     if not picked or any(not -n <= i < n for i in picked):
-        raise ValueError(f"coordinates must be indices in [0, {n}), got {coordinates!r}")
+        raise ValueError(f"{name} must be indices in [0, {n}), got {indices!r}")
     return [i % n for i in picked]
 
 
@@ -281,6 +281,53 @@ def constraint_force(
         _ylabel(f"{part} constraint force", None if unit_list is None else [unit_list[i] for i in picked])
     )
     ax.set_title(title if title is not None else f"Constraint force ({part}){_status_note(sol)}")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def control(
+    sol: Solution,
+    *,
+    actuators: Sequence[int] | None = None,
+    names: Sequence[str] | None = None,
+    units: str | Sequence[str] | None = None,
+    scenario: int | None = None,
+    title: str | None = None,
+    ax=None,
+):
+    """The controls u(t) of a servo-controlled system (:mod:`ukjax.control`), one line per actuator.
+
+    Args:
+        sol: a :class:`ukjax.Solution` of a system with ``actuation`` and ``servo_constraints`` (``sol.u`` is
+            not None), of one scenario or of a batch with ``scenario`` given.
+        actuators: indices of the actuators to draw; default all n_u.
+        names: the n_u actuator names for the legend; default u0, u1, ...
+        units: the unit of each control, one string (``"N"``) or n_u of them (``("N m", "N")``). Default: the
+            axis says "units of the model".
+        scenario: which scenario of a batch solution to draw.
+        title: the axes title; default "Controls", with the status when it is not success.
+        ax: matplotlib Axes to draw on; default a new figure.
+
+    Returns:
+        The matplotlib Axes.
+    """
+    sol = _single(sol, scenario)
+    if sol.u is None:
+        raise ValueError(
+            "sol has no controls (sol.u is None): its system has no actuation and servo constraints"
+        )
+    values = np.asarray(sol.u)
+    n_u = values.shape[-1]
+    labels, unit_list = _names(names, n_u, "u"), _units(units, n_u)
+    picked = _indices(actuators, n_u, "actuators")
+    ax = _axes(ax)
+    ts = np.asarray(sol.ts)
+    mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
+    for i in picked:
+        ax.plot(ts, values[:, i], label=labels[i] if not mixed else f"{labels[i]} ({unit_list[i]})")
+    ax.set_xlabel("t (s)")
+    ax.set_ylabel(_ylabel("u, control", None if unit_list is None else [unit_list[i] for i in picked]))
+    ax.set_title(title if title is not None else f"Controls{_status_note(sol)}")
     ax.legend(fontsize="small")
     return ax
 
