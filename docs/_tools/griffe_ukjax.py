@@ -23,6 +23,7 @@ every imported name as private when a module has no ``__all__``; a module with `
 from __future__ import annotations
 
 import ast
+import html
 import re
 
 import griffe
@@ -166,8 +167,8 @@ def _roles(obj: griffe.Object, text: str) -> str:
         shown = target.rsplit(".", 1)[-1] if match["target"].strip().lstrip("!").startswith("~") else target
         if plain:
             return f"`{shown}`"
-        identifier = _resolve(obj, target)
-        return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
+        identifier = html.escape(_resolve(obj, target), quote=True)
+        return f'<autoref identifier="{identifier}" optional><code>{html.escape(shown)}</code></autoref>'
 
     return _ROLE.sub(link, text)
 
