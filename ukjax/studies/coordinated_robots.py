@@ -25,7 +25,14 @@ from ukjax import control
 from ukjax.linalg import pinv
 from ukjax.models import coordinated_robots as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 from ukjax.system import System
 
 DESCRIPTION = (
@@ -60,7 +67,7 @@ Baumgarte gains and time span add to the difference. No parameter was tuned to m
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument("--out", default="results/coordinated_robots", help="output folder")
+    add_output_arguments(parser, "coordinated_robots")
     parser.add_argument("--t1", type=float, default=10.0, help="end time (s); the task has period 2 pi")
     parser.add_argument("--g", type=float, default=float(d["g"]), help="gravity (m/s^2), seed 000 sec. VI")
     parser.add_argument("--L", type=float, default=float(d["L"]), help="distance of the bases (m), 3l")
@@ -149,8 +156,7 @@ def _figures(out: Path, sol, pose, task, literal_u):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = model.default_params()
     f = lambda x: jnp.asarray(x, jnp.float64)
     params.update(

@@ -30,7 +30,7 @@ import numpy as np
 from ukjax.linalg import PINV_METHODS
 from ukjax.models import five_bar as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = "seed 004: five pseudoinverse algorithms on the five-bar linkage, with/without Baumgarte"
 
@@ -48,7 +48,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="results/five_bar", help="output folder")
+    add_output_arguments(parser, "five_bar")
     parser.add_argument("--duration", type=float, default=20.0, help="simulated time t_f (s), seed 004: 20")
     parser.add_argument("--methods", type=_names, default=list(PINV_METHODS), help="comma-separated")
     parser.add_argument(
@@ -107,8 +107,7 @@ def _figure(out: Path, ts, curves, tol):
 
 def run(args) -> dict:
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     p = model.default_params()
     if args.phi0 is not None:
         p = dict(p, phi0=jnp.asarray(args.phi0))

@@ -22,8 +22,10 @@ from ukjax.models import flexible_joint as model
 from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import (
     add_integrator_arguments,
+    add_output_arguments,
     first_time_below,
     integrator_record,
+    prepare_output,
     save_figure,
     write_json,
 )
@@ -33,7 +35,7 @@ DESCRIPTION = "seed 002 §8.3: flexible-joint manipulator, UK-based control eq. 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = model.default_params()
-    parser.add_argument("--out", default="results/flexible_joint", help="output folder")
+    add_output_arguments(parser, "flexible_joint")
     parser.add_argument("--t1", type=float, default=3.0, help="end time (s)")
     parser.add_argument("--P", type=float, default=float(defaults["P"][0, 0]), help="P of eq. 72 (1 x 1), s")
     parser.add_argument("--alpha-motor", type=float, default=float(defaults["alpha_motor"]), help="α_m (1/s)")
@@ -105,8 +107,7 @@ def _figures(out: Path, runs, tolerance):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = params_from_args(args)
     system = model.system()
     ts = jnp.linspace(0.0, args.t1, args.num_saves)

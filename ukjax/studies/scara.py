@@ -26,14 +26,21 @@ import numpy as np
 
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = "seed 001: SCARA on a helix, no stabilization vs Baumgarte (paper gains, critically damped)"
 PAPER_MAX_ERRORS = {"x": 8e-4, "y": 7e-3, "z": 1e-2}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="results/scara", help="output folder")
+    add_output_arguments(parser, "scara")
     parser.add_argument("--t1", type=float, default=20.0, help="end time (s); 20 s gives the paper's z error")
     parser.add_argument("--alpha", type=float, default=0.5, help="paper Baumgarte α (eq. 52, all rows)")
     parser.add_argument("--beta", type=float, default=200.0, help="Baumgarte β (eq. 52, all rows)")
@@ -129,8 +136,7 @@ def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     p = model.default_params()
     q0, qd0 = model.initial_state(p, reading=args.initial)
     beta = args.beta

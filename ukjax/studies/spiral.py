@@ -19,7 +19,7 @@ import numpy as np
 
 from ukjax.models import spiral as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = "seed 002 §8.1: particle on a logarithmic spiral; r(θ), r(t), θ(t), path, errors ε1, ε2"
 
@@ -29,7 +29,7 @@ def _floats(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="results/spiral", help="output folder")
+    add_output_arguments(parser, "spiral")
     parser.add_argument("--t1", type=float, default=30.0, help="end time (s); θ runs from 30 to 30 - t1")
     parser.add_argument("--tols", type=_floats, default=[1e-6, 1e-8, 1e-10], help="Tsit5 rtol = atol values")
     parser.add_argument("--num-saves", type=int, default=601, help="number of evenly spaced save times")
@@ -86,8 +86,7 @@ def _figures(out: Path, ts, runs, best):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     p = model.default_params()
     q0, qd0 = model.initial_state(p)
     system = model.system()

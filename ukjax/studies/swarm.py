@@ -23,8 +23,10 @@ from ukjax.models import swarm as model
 from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import (
     add_integrator_arguments,
+    add_output_arguments,
     first_time_below,
     integrator_record,
+    prepare_output,
     save_figure,
     write_json,
 )
@@ -34,7 +36,7 @@ DESCRIPTION = "seed 002 §8.2: five robots under the swarm constraint eq. 61-62;
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = model.default_params()
-    parser.add_argument("--out", default="results/swarm", help="output folder")
+    add_output_arguments(parser, "swarm")
     parser.add_argument("--t1", type=float, default=10.0, help="end time (s)")
     parser.add_argument("--mass", type=float, default=2.0, help="robot mass m_i (kg), seed 002 §8.2")
     parser.add_argument("--kappa", type=float, default=float(defaults["kappa"]), help="stabilization κ (1/s)")
@@ -88,8 +90,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = model.default_params()
     params["mass"] = jnp.full_like(params["mass"], args.mass)
     params["kappa"] = jnp.asarray(args.kappa, jnp.float64)

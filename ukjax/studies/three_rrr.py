@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +27,14 @@ from tqdm import tqdm
 
 from ukjax.models import three_rrr as model
 from ukjax.simulation import RESULTS, simulate, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = (
     "Orsino 2017 Figs. 2-4, eq. 4.14-4.18: 3RRR from 10 modules in 3 levels; servo inverse dynamics, "
@@ -51,9 +57,7 @@ in 1/kg, not a length.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument(
-        "--out", default="ukjax-results/three_rrr", help="output folder (default: %(default)s)"
-    )
+    add_output_arguments(parser, "three_rrr")
     parser.add_argument("--t1", type=float, default=float(d["trajectory"]["period"]), help="end time (s)")
     parser.add_argument(
         "--levels",
@@ -292,8 +296,7 @@ def _figures(
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     levels = [float(x) for x in args.levels.split(",") if x.strip()]
     if any(level <= 0 for level in levels) or args.samples < 1:
         raise ValueError("--levels must be positive variances and --samples at least 1")

@@ -34,7 +34,13 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import flexible_joint as model
 from ukjax.simulation import simulate_batch
-from ukjax.studies._common import first_time_below, save_figure, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    first_time_below,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = (
     "P and motor gains of the flexible-joint manipulator (Udwadia-Kalaba review §8.3, eq. 72): "
@@ -46,7 +52,7 @@ PEAK_POWER = 64.0  # power mean over ~800 values: >= 0.9 of the true peak
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_flexible_joint", help="output folder")
+    add_output_arguments(parser, "tune_flexible_joint")
     parser.add_argument("--train-scenarios", type=int, default=8, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=32, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=4.0, help="span (s)")
@@ -127,8 +133,7 @@ def _public(score):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     system = model.system()
     bounds = tune.baumgarte_gain_bounds(diffrax.Tsit5(), args.dt, form="quadratic", safety=0.5)
     p = model.default_params()

@@ -39,7 +39,7 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = (
     "Baumgarte gains of the SCARA (Xu & Liu 2017, eq. 52) tuned over a Monte-Carlo batch; "
@@ -51,7 +51,7 @@ TAIL = 0.8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_scara", help="output folder")
+    add_output_arguments(parser, "tune_scara")
     parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=256, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=2.0, help="span of the objective (s)")
@@ -169,8 +169,7 @@ def _stats(values, ok):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     if args.train_scenarios < 1 or args.heldout_scenarios < 1 or args.grid < 2 or args.steps < 1:
         raise ValueError("--train-scenarios, --heldout-scenarios and --steps must be positive, --grid >= 2")
     system = model.system()

@@ -28,7 +28,7 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = (
     "servo gains of the two-mass spring (Liu et al. 2015, §IV) under |F| <= F_max: tracking error vs "
@@ -38,7 +38,7 @@ PERTURBED = ("m1", "m2", "k")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_servo", help="output folder")
+    add_output_arguments(parser, "tune_servo")
     parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=128, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=3.0, help="span (s)")
@@ -109,8 +109,7 @@ def _score(system, space, batch, options, u_max):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     system = model.system()
     bounds = tune.baumgarte_gain_bounds(diffrax.Tsit5(), args.dt, form="quadratic", safety=0.5)
     p = model.default_params()

@@ -20,14 +20,21 @@ import numpy as np
 
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = "seed 000 §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument("--out", default="results/two_mass_spring", help="output folder")
+    add_output_arguments(parser, "two_mass_spring")
     for name, text in (
         ("m1", "mass m1 (kg)"),
         ("m2", "mass m2 (kg)"),
@@ -73,8 +80,7 @@ def _figures(out: Path, sols, F_closed, phi_closed, labels):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = {k: jnp.asarray(getattr(args, k), jnp.float64) for k in ("m1", "m2", "k", "l", "alpha", "beta")}
     system = model.system()
     starts = [
