@@ -45,6 +45,7 @@ DESCRIPTION = (
     "Baumgarte gains of the SCARA (Xu & Liu 2017, eq. 52) tuned over a Monte-Carlo batch; "
     "gradient tuner vs 32 x 32 grid vs random search"
 )
+PAPER_DEFAULTS = {"--alpha0": "Xu & Liu 2017, eq. 52-54", "--beta0": "Xu & Liu 2017, eq. 52-54"}
 PATH_ROWS = (0, 1, 3)  # x, y, z rows of φ (eq. 48); row 2 is the orientation
 TORQUE_ROWS = (0, 1, 2)  # revolute joints
 TAIL = 0.8
@@ -61,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=90, help="gradient-tuner steps")
     parser.add_argument("--learning-rate", type=float, default=0.3, help="Adam step in log-gains")
     parser.add_argument("--grid", type=int, default=32, help="grid points per gain (N x N grid)")
-    parser.add_argument("--alpha0", type=float, default=0.5, help="initial α (paper)")
-    parser.add_argument("--beta0", type=float, default=200.0, help="initial β (paper)")
+    parser.add_argument("--alpha0", type=float, default=0.5, help="initial α (1/s)")
+    parser.add_argument("--beta0", type=float, default=200.0, help="initial β (1/s²)")
     parser.add_argument("--seed", type=int, default=0, help="seed of batches and random search")
     parser.add_argument("--chunk", type=int, default=16, help="gain pairs per compiled grid/random call")
     parser.add_argument("--skip-baselines", action="store_true", help="only the gradient tuner")
@@ -389,13 +390,13 @@ def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, afte
     steps = [r["step"] for r in history]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     axes[0].semilogy(steps, [r["loss"] for r in history])
-    axes[0].set(xlabel="step", ylabel="training loss", title="Loss")
+    axes[0].set(xlabel="step", ylabel="training loss J (m² s)", title="Loss")
     axes[1].semilogy(steps, [r["values"]["alpha"] for r in history], label="α")
     axes[1].semilogy(steps, [r["values"]["beta"] for r in history], label="β")
-    axes[1].set(xlabel="step", title="Gains (Xu & Liu 2017, eq. 52)")
+    axes[1].set(xlabel="step", ylabel="α (1/s), β (1/s²)", title="Gains (Xu & Liu 2017, eq. 52)")
     axes[1].legend()
     axes[2].semilogy(steps, [r["grad_norm"] for r in history])
-    axes[2].set(xlabel="step", ylabel="‖∂loss/∂(log α, log β)‖", title="Gradient norm")
+    axes[2].set(xlabel="step", ylabel="‖∂J/∂(log α, log β)‖ (m² s)", title="Gradient norm")
     files.append(save_figure(fig, out / "loss_and_gains.png"))
 
     if grid_axes is not None and grid_loss is not None:
@@ -406,7 +407,7 @@ def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, afte
         finite = z[np.isfinite(z)]
         vmax = np.percentile(finite, 90) if finite.size else None
         mesh = ax.pcolormesh(alphas, betas, z.T, shading="nearest", cmap="viridis", vmax=vmax)
-        fig.colorbar(mesh, ax=ax, label="log10 training loss (clipped at the 90th percentile)")
+        fig.colorbar(mesh, ax=ax, label="log10 training loss J, J in m² s (clipped at the 90th percentile)")
         path = np.array([[r["values"]["alpha"], r["values"]["beta"]] for r in history if r["accepted"]])
         ax.plot(path[:, 0], path[:, 1], "w.-", lw=1, ms=3, label="gradient tuner")
         if random_pairs is not None:

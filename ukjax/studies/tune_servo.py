@@ -34,6 +34,7 @@ DESCRIPTION = (
     "servo gains of the two-mass spring (Liu et al. 2015, §IV) under |F| <= F_max: tracking error vs "
     "peak |F| trade-off"
 )
+PAPER_DEFAULTS: dict[str, str] = {}  # Liu et al. 2015 print no gains, masses or limits for §IV
 PERTURBED = ("m1", "m2", "k")
 
 
@@ -258,9 +259,9 @@ def _figures(out, fits, curve, grid, before, args):
         axes[0].semilogy(steps, [r["loss"] for r in result.history], label=f"w={w:g}")
         axes[1].semilogy(steps, [r["values"]["alpha"] for r in result.history], label=f"α, w={w:g}")
         axes[2].semilogy(steps, [r["values"]["beta"] for r in result.history], label=f"β, w={w:g}")
-    axes[0].set(xlabel="step", ylabel="training loss", title="Loss")
-    axes[1].set(xlabel="step", title="α (1/s)")
-    axes[2].set(xlabel="step", title="β (1/s)")
+    axes[0].set(xlabel="step", ylabel="training loss J (m² s)", title="Loss")
+    axes[1].set(xlabel="step", ylabel="α (1/s)", title="Servo gain α")
+    axes[2].set(xlabel="step", ylabel="β (1/s)", title="Servo gain β")
     for ax in axes:
         ax.legend(fontsize=6)
     files.append(save_figure(fig, out / "loss_and_gains.png"))
@@ -268,7 +269,7 @@ def _figures(out, fits, curve, grid, before, args):
     (la, lb), values = grid
     fig, ax = plt.subplots(figsize=(6.2, 5))
     mesh = ax.pcolormesh(np.exp(la), np.exp(lb), np.log10(values).T, shading="nearest", cmap="viridis")
-    fig.colorbar(mesh, ax=ax, label="log10 training loss")
+    fig.colorbar(mesh, ax=ax, label="log10 training loss J (J in m² s)")
     result = fits[args.weights[0]][0]
     path = np.array([[r["values"]["alpha"], r["values"]["beta"]] for r in result.history if r["accepted"]])
     ax.plot(path[:, 0], path[:, 1], "w.-", ms=3, label=f"Adam path, w_u = {args.weights[0]:g}")
