@@ -33,7 +33,7 @@ SUMMARIES = {
     "five_bar": "max Σψ² m²",
     "two_mass_spring": "max |F - F_eq47| =",
     "coordinated_robots": "ukjax min-norm u (N m)",
-    "flexible_joint": "below 0.001 at",
+    "flexible_joint": "below 0.001",
     "swarm": "closest approach",
     "three_rrr": "|u - KKT solve| <=",
 }

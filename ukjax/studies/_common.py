@@ -177,3 +177,18 @@ def prepare_output(out, *, overwrite: bool = False) -> Path:
             )
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+# ------------------------------------------------------------------------------------------ printed summaries
+def status_name(message: str) -> str:
+    """The short name (success, constraint_violated, ...) of a status message as metrics.json stores it, for a
+    one-line summary; the message itself when it is no :data:`ukjax.RESULTS` message."""
+    from ukjax.simulation import RESULTS
+
+    names = {RESULTS.message(code): code.name for code in RESULTS}
+    return names.get(message, message)
+
+
+def time_text(t: float, level: float) -> str:
+    """'below 0.01 at 1.234 s', or 'not below 0.01 by t1' for the NaN of :func:`first_time_below`."""
+    return f"below {level:g} at {t:.3f} s" if np.isfinite(t) else f"not below {level:g} by t1"

@@ -31,6 +31,7 @@ from ukjax.studies._common import (
     integrator_record,
     prepare_output,
     save_figure,
+    status_name,
     write_json,
 )
 from ukjax.system import System
@@ -242,7 +243,7 @@ def _print_summary(m: dict, args) -> None:
     ranges = m["u_ranges"]
     lines = [
         f"two coordinated robots (Liu et al. 2015, §V-VI), t1 = {args.t1:g} s, Tsit5 adaptive, rtol "
-        f"{args.rtol:g}, atol {args.atol:g}: {m['status']}",
+        f"{args.rtol:g}, atol {args.atol:g}: {status_name(m['status'])}",
         f"  max |closed-chain error| {m['max_abs_closed_chain_error']:.1e} m, max |task error| "
         f"{m['max_abs_task_error']:.1e} (m or rad)",
         f"  {'':4}{'ukjax min-norm u (N m)':>26}{'paper §VI':>18}{'literal eq. 35':>20}",
@@ -258,7 +259,7 @@ def _print_summary(m: dict, args) -> None:
     if "literal_eq35_closed_loop_run" in m:
         run = m["literal_eq35_closed_loop_run"]
         lines.append(
-            f"  closed loop under the literal eq. 35: {run['status']}; max |task error| "
+            f"  closed loop under the literal eq. 35: {status_name(run['status'])}; max |task error| "
             f"{run['max_abs_task_error']:.1e} (m or rad)"
         )
     print("\n".join(lines))

@@ -27,6 +27,8 @@ from ukjax.studies._common import (
     integrator_record,
     prepare_output,
     save_figure,
+    status_name,
+    time_text,
     write_json,
 )
 
@@ -138,8 +140,8 @@ def _print_summary(m: dict, args) -> None:
     ]
     for name, r in m["scenarios"].items():
         lines.append(
-            f"  motors {name}: {r['status']}; |β| {r['beta0']:.2g} -> {r['final_abs_beta']:.1e} rad/s, below "
-            f"{args.tolerance:g} at {r['time_to_tolerance_s']:.3f} s (closed form "
+            f"  motors {name}: {status_name(r['status'])}; |β| {r['beta0']:.2g} -> {r['final_abs_beta']:.1e} "
+            f"rad/s, {time_text(r['time_to_tolerance_s'], args.tolerance)} (closed form "
             f"{r['closed_form_time_to_tolerance_s']:.3f} s, |β - closed form| <= "
             f"{r['max_abs_beta_minus_closed_form']:.1e}); max |u| {r['max_abs_motor_torque_Nm']:.3g} N m; "
             f"servo residual <= {r['max_abs_servo_residual']:.1e} N m/s²"

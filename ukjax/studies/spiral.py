@@ -19,7 +19,7 @@ import numpy as np
 
 from ukjax.models import spiral as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, status_name, write_json
 
 DESCRIPTION = (
     "UK review, Chin. J. Mech. Eng., §8.1: particle on a logarithmic spiral; r(θ), r(t), θ(t), path, "
@@ -123,9 +123,9 @@ def run(args) -> dict:
         }
         row = table[f"{tol:g}"]
         lines.append(
-            f"  tol {tol:7.0e}: max ε1 {row['max_eps1']:.2e}, max ε2 {row['max_eps2']:.2e}, "
-            f"|q - exact| {row['max_deviation_from_exact_motion']:.2e}, steps {row['steps']}, "
-            f"{row['status']}"
+            f"  tol {tol:7.0e}: max ε1 {row['max_eps1']:.2e} (m or rad), max ε2 {row['max_eps2']:.2e} "
+            f"(m/s or rad/s), |q - exact| {row['max_deviation_from_exact_motion']:.2e} (m or rad), steps "
+            f"{row['steps']}, {status_name(row['status'])}"
         )
     best = min(args.tols)
     metrics = {

@@ -28,6 +28,8 @@ from ukjax.studies._common import (
     integrator_record,
     prepare_output,
     save_figure,
+    status_name,
+    time_text,
     write_json,
 )
 
@@ -150,9 +152,9 @@ def run(args) -> dict:
 def _print_summary(m: dict, args) -> None:
     print(
         f"swarm of five robots ({PAPER}, §8.2), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, "
-        f"atol {args.atol:g}: {m['status']}\n"
-        f"  ‖β‖ (m/s): {m['beta0_norm']:.3g} at t = 0 -> {m['final_beta_norm']:.2e} at t1; below "
-        f"{args.tolerance:g} at {m['time_to_tolerance_s']:.3f} s (closed form e^(-κt)‖β(0)‖: "
+        f"atol {args.atol:g}: {status_name(m['status'])}\n"
+        f"  ‖β‖ (m/s): {m['beta0_norm']:.3g} at t = 0 -> {m['final_beta_norm']:.2e} at t1; "
+        f"{time_text(m['time_to_tolerance_s'], args.tolerance)} (closed form e^(-κt)‖β(0)‖: "
         f"{m['closed_form_time_to_tolerance_s']:.3f} s; largest relative gap "
         f"{m['max_rel_beta_minus_closed_form']:.1e})\n"
         f"  closest approach {m['min_pairwise_distance_m']:.3f} m (robots {m['min_pairwise_distance_pair']} "

@@ -33,6 +33,7 @@ from ukjax.studies._common import (
     integrator_record,
     prepare_output,
     save_figure,
+    status_name,
     write_json,
 )
 
@@ -496,7 +497,7 @@ def _print_summary(m: dict, args) -> None:
     inv, fwd, mc = m["inverse_dynamics"], m["forward_rigid"], m["clearance_monte_carlo"]
     lines = [
         f"3RRR (Orsino 2017), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, atol {args.atol:g}",
-        f"  inverse dynamics (servo constraints): {inv['status']}; |u - KKT solve| <= "
+        f"  inverse dynamics (servo constraints): {status_name(inv['status'])}; |u - KKT solve| <= "
         f"{inv['max_abs_torque_minus_kkt_Nm']:.1e} N m, |u - feedforward| <= "
         f"{inv['max_abs_torque_minus_feedforward_Nm']:.1e} N m, passive violation <= "
         f"{inv['max_abs_passive_violation_m']:.1e} (m or rad)",

@@ -26,6 +26,7 @@ from ukjax.studies._common import (
     integrator_record,
     prepare_output,
     save_figure,
+    status_name,
     write_json,
 )
 
@@ -141,10 +142,10 @@ def _print_summary(m: dict, args) -> None:
     print(
         f"two-mass spring (Liu et al. 2015, §IV), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, "
         f"atol {args.atol:g}\n"
-        f"  compatible start: {good['status']}; control F against eq. 47: max |F - F_eq47| = "
+        f"  compatible start: {status_name(good['status'])}; control F against eq. 47: max |F - F_eq47| = "
         f"{good['max_abs_F_minus_eq47']:.2e} N (max |F| {good['max_abs_F']:.3g} N); max |servo error| = "
         f"{good['max_abs_servo_constraint_error']:.2e} m\n"
-        f"  start off by {args.offset:g} m: {bad['status']}; servo error {args.offset:g} -> "
+        f"  start off by {args.offset:g} m: {status_name(bad['status'])}; servo error {args.offset:g} -> "
         f"{bad['final_servo_constraint_error']:.2e} m at t1; |φ - closed-form decay| <= "
         f"{bad['max_abs_phi_minus_closed_form_decay']:.2e} m; |F - closed form with Baumgarte terms| <= "
         f"{bad['max_abs_F_minus_closed_form_with_baumgarte']:.2e} N"
