@@ -108,9 +108,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         prog="ukjax",
         description="Differentiable, batched simulation of constrained mechanical systems with the "
         "Udwadia-Kalaba equation.",
-        epilog="Start with `ukjax demo`; `ukjax list` names the studies that reproduce the papers. Results "
-        "go to ./ukjax-results/NAME unless --out says otherwise; a folder that already holds results is "
-        "refused without --overwrite.",
+        epilog="Start with `ukjax demo`; `ukjax list` names the studies that reproduce the papers.\n"
+        "Results go to ./ukjax-results/NAME unless --out says otherwise; a folder that already holds\n"
+        "results is refused without --overwrite.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
@@ -135,10 +135,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run = commands.add_parser(
         "run",
         help="run one study (`ukjax run NAME --help` shows its flags)",
-        description="Run one study; it writes figures and metrics.json into --out (default "
-        "./ukjax-results/NAME; a folder that already holds results needs --overwrite). "
-        "`ukjax run NAME --help` shows the study's flags with their defaults, and which defaults are the "
-        "paper's values.",
+        description="Run one study; it writes figures and metrics.json into --out (default\n"
+        "./ukjax-results/NAME; a folder that already holds results needs --overwrite).\n"
+        "`ukjax run NAME --help` shows the study's flags with their defaults, and which defaults\n"
+        "are the paper's values.",
         formatter_class=HelpFormatter,
         epilog="studies:\n" + _format_table(_study_table()),
     )
@@ -147,9 +147,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tune_parser = commands.add_parser(
         "tune",
         help="run one tuning study (`ukjax tune NAME --help` shows its flags)",
-        description="Tune gains by gradient descent through the simulation (ukjax.tune); the study writes "
-        "history, figures and metrics.json into --out (default ./ukjax-results/tune_NAME; a folder that "
-        "already holds results needs --overwrite).",
+        description="Tune gains by gradient descent through the simulation (ukjax.tune); the study writes\n"
+        "history, figures and metrics.json into --out (default ./ukjax-results/tune_NAME; a folder\n"
+        "that already holds results needs --overwrite).",
         formatter_class=HelpFormatter,
         epilog="tuning studies:\n" + _format_table(_study_table(studies.TUNE_STUDIES, studies.load_tune)),
     )
@@ -159,6 +159,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "demo", help=demo.DESCRIPTION, description=demo.DESCRIPTION, formatter_class=HelpFormatter
     )
     demo.add_arguments(demo_parser)
+    demo_parser.epilog = paper_defaults_epilog(demo_parser, demo)
     from ukjax.sweep import _cli as sweep_cli
 
     sweep_cli.add_parser(commands)

@@ -46,6 +46,7 @@ DESCRIPTION = (
 )
 
 TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
+PAPER_DEFAULTS = {"--alpha": "Xu & Liu 2017, eq. 52-54", "--beta": "Xu & Liu 2017, eq. 52-54"}
 
 
 # --solver NAME -> the diffrax solver: explicit Runge-Kutta methods, which take the fixed step as it is.
