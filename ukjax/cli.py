@@ -14,13 +14,13 @@ EXIT_USAGE = 2
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Every option's help ends with its default; descriptions and epilogs keep their line breaks.
 
-    Positional arguments and options whose default is None (their help says what happens then) are left as
-    written."""
+    Positional arguments, options whose default is None (their help says what happens then) and helps that
+    state their default already are left as written."""
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if not action.option_strings or action.default in (None, argparse.SUPPRESS) or "%(default)" in text:
-            return action.help
+        if not action.option_strings or action.default in (None, argparse.SUPPRESS) or "(default" in text:
+            return action.help  # "(default" covers "%(default)s" and a help that states it in its own words
         shown = _format_default(action.default).replace("%", "%%")
         return f"{text} (default: {shown})"
 
