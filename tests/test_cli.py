@@ -84,9 +84,7 @@ def test_every_option_shows_its_default_and_no_seed_file_names():
 
     texts, parsers = _all_help_texts()
     for command, study in parsers.items():
-        options = [
-            a for a in study._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
-        ]
+        options = [a for a in study._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
         for action in options:
             assert action.help, f"{command} {action.option_strings[0]} has no help"
             if action.default is not None:  # None: the help says what happens (e.g. sweep --out)

@@ -225,7 +225,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(parser, run_parser, argv)
     except SystemExit as exit_:  # argparse's --help and usage errors: report the status, don't exit
-
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     except ValueError as error:  # input refused before any work (ukjax._validation): the message is the help
         print(f"ukjax: error: {error}", file=sys.stderr)

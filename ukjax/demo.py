@@ -252,10 +252,12 @@ def run(args) -> dict:
     count = math.ceil(args.scenarios / chunk)
     # Pad to whole chunks with copies of scenario 0 (dropped afterwards): every chunk reuses one program.
     pad = count * chunk - args.scenarios
-    padded = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]),
-                                    (q0s, qd0s, batch))
-    pieces = [jax.tree_util.tree_map(lambda x, k=k: x[k * chunk : (k + 1) * chunk], padded)
-              for k in range(count)]
+    padded = jax.tree_util.tree_map(
+        lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]), (q0s, qd0s, batch)
+    )
+    pieces = [
+        jax.tree_util.tree_map(lambda x, k=k: x[k * chunk : (k + 1) * chunk], padded) for k in range(count)
+    ]
     print(
         f"ukjax demo: {args.scenarios} SCARA scenarios following a helix (Xu & Liu 2017), "
         f"{args.duration:g} s, {type(solver).__name__} fixed step {dt:g} s ({steps} steps), Baumgarte "
@@ -349,17 +351,21 @@ def _print_summary(m: dict, out: Path) -> None:
     import ukjax
 
     t, th = m["timing_s"], m["throughput"]
-    print(f"\n{m['succeeded']}/{m['scenarios']} scenarios succeeded (status success: ran to t1 and the "
-          "constraints held)")
+    print(
+        f"\n{m['succeeded']}/{m['scenarios']} scenarios succeeded (status success: ran to t1 and the "
+        "constraints held)"
+    )
     for name, count in m["failures_by_status"].items():
         print(f"  {count} x {name}: {ukjax.RESULTS.message(ukjax.RESULTS[name])}")
     gains = m["baumgarte"]
     if m["failures_by_status"].get("constraint_violated") and gains["alpha"] ** 2 < 4 * gains["beta"]:
         alpha, beta = gains["alpha"], gains["beta"]
         period = 2 * math.pi / math.sqrt(beta - alpha**2 / 4)
-        print(f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period "
-              f"{period:.2f} s and decays as e^(-{alpha / 2:g} t); critically damped gains are "
-              f"--alpha {2 * math.sqrt(beta):.3g})")
+        print(
+            f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period "
+            f"{period:.2f} s and decays as e^(-{alpha / 2:g} t); critically damped gains are "
+            f"--alpha {2 * math.sqrt(beta):.3g})"
+        )
     print(
         f"throughput: {th['scenarios_per_s']:.1f} scenarios/s, {th['scenario_steps_per_s']:.3g} "
         f"scenario-steps/s (compile {t['compile']:.1f} s, integrate {t['integrate']:.2f} s, "
