@@ -32,7 +32,7 @@ SUMMARIES = {
     "spiral": "max ε1",
     "five_bar": "max Σψ² m²",
     "two_mass_spring": "max |F - F_eq47| =",
-    "coordinated_robots": "ukjax min-norm u (N m)",
+    "coordinated_robots": "range of u (N m)",
     "flexible_joint": "below 0.001",
     "swarm": "closest approach",
     "three_rrr": "|u - KKT solve| <=",

@@ -246,16 +246,12 @@ def _print_summary(m: dict, args) -> None:
         f"{args.rtol:g}, atol {args.atol:g}: {status_name(m['status'])}",
         f"  max |closed-chain error| {m['max_abs_closed_chain_error']:.1e} m, max |task error| "
         f"{m['max_abs_task_error']:.1e} (m or rad)",
-        f"  {'':4}{'ukjax min-norm u (N m)':>26}{'paper §VI':>18}{'literal eq. 35':>20}",
+        "  range of u (N m): "
+        + "".join(f"{h:>20}" for h in ("ukjax min-norm", "paper §VI", "literal eq. 35")),
     ]
-    for i, (ours, paper, literal) in enumerate(
-        zip(ranges["ukjax_min_norm_projected"], ranges["paper_section_VI"],
-            ranges["literal_eq35_on_ukjax_trajectory"], strict=True)
-    ):  # fmt: skip
-        lines.append(
-            f"  u{i + 1}{ours[0]:>13.2f} ... {ours[1]:<8.2f}{paper[0]:>8.1f} ... {paper[1]:<6.1f}"
-            f"{literal[0]:>10.2f} ... {literal[1]:<6.2f}"
-        )
+    columns = ("ukjax_min_norm_projected", "paper_section_VI", "literal_eq35_on_ukjax_trajectory")
+    for i, row in enumerate(zip(*(ranges[c] for c in columns), strict=True)):
+        lines.append(f"  u{i + 1}{'':15}" + "".join(f"{f'{lo:.2f} ... {hi:.2f}':>20}" for lo, hi in row))
     if "literal_eq35_closed_loop_run" in m:
         run = m["literal_eq35_closed_loop_run"]
         lines.append(
