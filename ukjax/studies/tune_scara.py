@@ -361,7 +361,7 @@ def run(args) -> dict:
 
 
 def _print(rows, tail, comparison):
-    header = ("contender", "alpha", "beta", "train loss", "held-out", "sims", "wall s", "cpu s")
+    header = ("contender", "α (1/s)", "β (1/s²)", "train J", "held-out J", "sims", "wall s", "cpu s")
     print("".join(f"{h:<10}" if k == 0 else f"{h:>12}" for k, h in enumerate(header)))
     for name, r in rows.items():
         print(
@@ -369,6 +369,7 @@ def _print(rows, tail, comparison):
             f"{r['heldout_loss']:>12.4e}{r.get('simulations', 0):>12}{r.get('wall_s', 0.0):>12.1f}"
             f"{r.get('cpu_s', 0.0):>12.1f}"
         )
+    print("(J: mean over the batch of ∫|e|² dt + w · peak constraint torque, in m² s)")
     for key in ("paper_gains", "tuned_gains"):
         s = tail[key]["tail_path_error_m"]
         print(f"tail path error, {key}: median {s['median']:.3e} m, 95th percentile {s['p95']:.3e} m")
@@ -407,7 +408,7 @@ def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, afte
         finite = z[np.isfinite(z)]
         vmax = np.percentile(finite, 90) if finite.size else None
         mesh = ax.pcolormesh(alphas, betas, z.T, shading="nearest", cmap="viridis", vmax=vmax)
-        fig.colorbar(mesh, ax=ax, label="log10 training loss J, J in m² s (clipped at the 90th percentile)")
+        fig.colorbar(mesh, ax=ax, label="log10 training loss J (J in m² s; clipped at the 90th percentile)")
         path = np.array([[r["values"]["alpha"], r["values"]["beta"]] for r in history if r["accepted"]])
         ax.plot(path[:, 0], path[:, 1], "w.-", lw=1, ms=3, label="gradient tuner")
         if random_pairs is not None:

@@ -193,7 +193,8 @@ def run(args) -> dict:
         "figures": figures,
     }
     write_json(out / "metrics.json", metrics)
-    print(f"{'w_u':>8}{'alpha':>10}{'beta':>10}{'∫φ² (held-out)':>16}{'max |F|':>10}{'over limit':>12}")
+    print(f"{'w_u':>8}{'α (1/s)':>10}{'β (1/s)':>10}{'∫φ² m² s':>16}{'max |F| N':>10}{'over limit':>12}")
+    print("(∫φ²: held-out mean; max |F|: over the held-out batch; over limit: fraction of scenarios)")
     b = before
     print(
         f"{'initial':>8}{float(p['alpha']):>10.3f}{float(p['beta']):>10.3f}{b['tracking_mean']:>16.4e}"
