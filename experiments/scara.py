@@ -1,3 +1,6 @@
+"""`ukjax run scara` as a script: figures and metrics.json in --out (default
+./ukjax-results/scara; a folder that already holds results needs --overwrite)."""
+
 import sys
 
 from ukjax.cli import main

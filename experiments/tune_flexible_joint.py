@@ -1,5 +1,5 @@
-"""`ukjax tune flexible_joint`: history, figures and metrics.json in --out
-(default ukjax-results/tune_flexible_joint)."""
+"""`ukjax tune flexible_joint` as a script: history, figures and metrics.json in --out (default
+./ukjax-results/tune_flexible_joint; a folder that already holds results needs --overwrite)."""
 
 import sys
 

@@ -1,5 +1,5 @@
-"""`ukjax tune scara`: history, figures and metrics.json in --out
-(default ukjax-results/tune_scara)."""
+"""`ukjax tune scara` as a script: history, figures and metrics.json in --out (default
+./ukjax-results/tune_scara; a folder that already holds results needs --overwrite)."""
 
 import sys
 

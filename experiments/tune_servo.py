@@ -1,5 +1,5 @@
-"""`ukjax tune servo`: history, figures and metrics.json in --out
-(default ukjax-results/tune_servo)."""
+"""`ukjax tune servo` as a script: history, figures and metrics.json in --out (default
+./ukjax-results/tune_servo; a folder that already holds results needs --overwrite)."""
 
 import sys
 

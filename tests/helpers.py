@@ -1,5 +1,7 @@
 """The one tolerance helper of the test suite, and small shared utilities."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,3 +80,18 @@ class CompileCounter:
     def _listen(self, event, duration, **kwargs):
         if event == "/jax/core/compile/backend_compile_duration" and self.name in str(kwargs.get("fun_name")):
             self.count += 1
+
+
+# A unit inside parentheses or brackets: "t (s)", "x [m]", "|φ| (m or rad)", "β (1/s²)", "u (N m)".
+_UNIT = re.compile(r"[(\[][^)\]]*(?<![A-Za-z])(m|mm|s|rad|mrad|deg|N|kg)(?![A-Za-z])")
+UNITLESS_LABELS = frozenset({"", "scenarios", "step"})  # counts
+
+
+def labels_without_units(fig) -> list[str]:
+    """Axis labels (x, y, z, colorbars) of a matplotlib figure that name no unit and are not counts."""
+    labels = []
+    for ax in fig.axes:
+        labels += [ax.get_xlabel(), ax.get_ylabel()]
+        if hasattr(ax, "get_zlabel"):
+            labels.append(ax.get_zlabel())
+    return [label for label in labels if label not in UNITLESS_LABELS and not _UNIT.search(label)]

@@ -1,4 +1,4 @@
-"""The ``ukjax`` command: list, run (known and unknown studies) and a small ``ukjax demo``."""
+"""The ``ukjax`` command: list, run (known and unknown studies), help texts and a small ``ukjax demo``."""
 
 import json
 import subprocess
@@ -20,14 +20,14 @@ def fake_study(monkeypatch):
     module.calls = []
 
     def add_arguments(parser):
-        parser.add_argument("--gain", type=float, default=200.0, help="paper value")
-        parser.add_argument("--out", default="results/fake")
+        parser.add_argument("--gain", type=float, default=200.0, help="a gain")
 
     def run(args):
         module.calls.append(vars(args))
         return {"gain": args.gain}
 
     module.add_arguments, module.run = add_arguments, run
+    module.PAPER_DEFAULTS = {"--gain": "Someone et al. 2020, eq. 7"}
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(studies.STUDIES, "fake", module.__name__)
     return module
@@ -41,17 +41,73 @@ def test_list_names_registered_studies_with_description(fake_study, capsys):
         assert name in out
 
 
-def test_run_passes_study_flags_with_paper_defaults(fake_study, tmp_path, capsys):
+def test_run_passes_study_flags_with_paper_defaults(fake_study, tmp_path, monkeypatch, capsys):
     assert main(["run", "fake", "--out", str(tmp_path)]) == 0
-    assert fake_study.calls[-1] == {"gain": 200.0, "out": str(tmp_path)}
-    assert main(["run", "fake", "--gain", "3"]) == 0
-    assert fake_study.calls[-1] == {"gain": 3.0, "out": "results/fake"}
+    assert fake_study.calls[-1] == {"gain": 200.0, "out": str(tmp_path), "overwrite": False}
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "fake", "--gain", "3"]) == 0  # a study without --out gets ukjax-results/NAME
+    assert fake_study.calls[-1] == {"gain": 3.0, "out": "ukjax-results/fake", "overwrite": False}
+    assert (tmp_path / "ukjax-results" / "fake").is_dir()
 
 
 def test_run_study_help_shows_its_flags(fake_study, capsys):
     assert main(["run", "fake", "--help"]) == 0
-    assert "--gain" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "--gain" in text and "(default: 200)" in text and "(default: ukjax-results/fake)" in text
+    assert "defaults taken from the paper:" in text and "--gain 200  Someone et al. 2020, eq. 7" in text
     assert not fake_study.calls
+
+
+def _all_help_texts():
+    """(command, help text) of the top level, every sub-command, every study and tuning study, the demo."""
+    from ukjax import cli, studies
+
+    parser, _ = cli._parser()
+    texts = {"ukjax": parser.format_help()}
+    for name in ("list", "run", "tune", "demo", "sweep"):
+        texts[f"ukjax {name}"] = cli._subparser(parser, name).format_help()
+    parsers = {f"ukjax {name}": cli._subparser(parser, name) for name in ("demo", "sweep")}
+    for name in studies.STUDIES:
+        parsers[f"ukjax run {name}"] = cli.study_parser(f"ukjax run {name}", studies.load(name), name)
+    for name in studies.TUNE_STUDIES:
+        module = studies.load_tune(name)
+        parsers[f"ukjax tune {name}"] = cli.study_parser(f"ukjax tune {name}", module, f"tune_{name}")
+    for command, study in parsers.items():
+        texts[command] = study.format_help()
+    return texts, parsers
+
+
+def test_every_option_shows_its_default_and_no_seed_file_names():
+    """`--help` of every command shows each option's default; user-facing text cites papers by authors, not
+    by the seed file names of the specification."""
+    import argparse
+
+    texts, parsers = _all_help_texts()
+    for command, study in parsers.items():
+        options = [a for a in study._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+        for action in options:
+            assert action.help, f"{command} {action.option_strings[0]} has no help"
+            if action.default is not None:  # None: the help says what happens (e.g. sweep --out)
+                shown = study._get_formatter()._get_help_string(action)
+                assert "(default: " in shown or "%(default)" in shown, (command, action.option_strings)
+        assert texts[command].count("(default:") >= sum(a.default is not None for a in options), command
+    for command, text in texts.items():
+        assert "seed 0" not in text.lower() and "seed0" not in text.lower(), command
+
+
+def test_study_help_states_the_paper_defaults_with_values():
+    texts, _ = _all_help_texts()
+    scara = texts["ukjax run scara"]
+    assert "--alpha 0.5" in scara and "--beta 200" in scara and "Xu & Liu 2017, eq. 52-54" in scara
+    five_bar = " ".join(texts["ukjax run five_bar"].split())
+    assert "--duration 20" in five_bar and "--alpha 1000" in five_bar and "--beta 100" in five_bar
+    assert "--tols 1e-06,1e-08,1e-10" in five_bar and "de Falco, Pennestrì & Vita" in five_bar
+    assert "--g 9.8" in texts["ukjax run coordinated_robots"]
+    assert "--mass 2" in texts["ukjax run swarm"]
+    assert "the paper prints no values for these flags" in texts["ukjax run three_rrr"]
+    assert "--alpha0 0.5" in texts["ukjax tune scara"] and "--beta0 200" in texts["ukjax tune scara"]
+    demo = " ".join(texts["ukjax demo"].split())
+    assert "Xu & Liu 2017, eq. 52-54: 0.5" in demo and "(default: 0.5)" in demo and "helix" in demo
 
 
 def test_run_unknown_study_is_a_usage_error(capsys):
@@ -93,6 +149,8 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
                 "0.01",
                 "--saves",
                 "11",
+                "--solver",
+                "bosh3",
                 "--out",
                 str(out),
             ]
@@ -113,6 +171,9 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
     assert metrics["baumgarte"] == {"form": "linear (Xu & Liu 2017, eq. 52)", "alpha": 0.5, "beta": 200.0}
     assert "underdamped" in printed
     assert metrics["steps"] == 20 and metrics["dt"] == pytest.approx(0.01)
+    assert metrics["solver"] == "bosh3" and metrics["integrator"].startswith("diffrax.Bosh3")
+    assert metrics["path"]["shape"].startswith("helix") and metrics["path"]["radius"] == 0.05
+    assert "Bosh3 fixed step 0.01 s" in printed and "α = 0.5, β = 200" in printed
     assert "environment" in metrics and metrics["throughput"]["scenarios_per_s"] > 0
     for key in ("path_error_m", "phi_norm"):
         peak, tail = metrics[key]["peak"], metrics[key]["tail"]
@@ -121,9 +182,15 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
             assert 0 <= stats["median"] <= stats["p95"] <= stats["max"]
         assert tail["max"] <= peak["max"]
     # Initial joint errors of 1° (std) on arms of 0.2-0.25 m put the end effector a few mm to cm off the helix
-    # at t = 0 (seed 001's initial state is itself 5.7 mm off); Baumgarte feedback (φ̈ + 0.5 φ̇ + 200 φ = 0,
-    # period 0.44 s) does not let that grow: every path error stays within 10 cm, far below the 0.45 m reach.
+    # at t = 0 (Xu & Liu 2017's initial state is itself 5.7 mm off); Baumgarte feedback (φ̈ + 0.5 φ̇ + 200 φ
+    # = 0, period 0.44 s) does not let that grow: every path error stays within 10 cm, far below the 0.45 m
+    # reach (Bosh3 at 10 ms: h|λ| ≈ 0.14 for the Baumgarte roots, well inside its stability region).
     assert 1e-4 < metrics["path_error_m"]["peak"]["max"] < 0.1
+
+
+def test_demo_refuses_an_unknown_solver(capsys, tmp_path):
+    assert main(["demo", "--solver", "rk99", "--out", str(tmp_path)]) == 2
+    assert "invalid choice: 'rk99'" in capsys.readouterr().err
 
 
 def test_demo_refuses_a_step_longer_than_the_span(capsys, tmp_path):

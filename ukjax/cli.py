@@ -11,6 +11,74 @@ from ukjax import studies
 EXIT_USAGE = 2
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default; descriptions and epilogs keep their line breaks.
+
+    Positional arguments, options whose default is None (their help says what happens then) and helps that
+    state their default already are left as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not action.option_strings or action.default in (None, argparse.SUPPRESS) or "(default" in text:
+            return action.help  # "(default" covers "%(default)s" and a help that states it in its own words
+        shown = _format_default(action.default).replace("%", "%%")
+        return f"{text} (default: {shown})"
+
+    def _split_lines(self, text, width):  # as argparse's, without breaking ukjax-results/NAME at the hyphen
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def _format_default(value) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_format_default(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def paper_defaults_epilog(parser: argparse.ArgumentParser, module) -> str:
+    """The text under ``ukjax run NAME --help``: which defaults are the paper's, with their values and source.
+
+    A study names them in ``PAPER_DEFAULTS`` (flag -> where the paper gives the value); every other default is
+    ukjax's choice, explained in the flag's help.
+    """
+    sources = getattr(module, "PAPER_DEFAULTS", {})
+    actions = {flag: action for action in parser._actions for flag in action.option_strings}
+    unknown = sorted(set(sources) - set(actions))
+    if unknown:
+        raise KeyError(f"PAPER_DEFAULTS of {module.__name__} names flags the study does not have: {unknown}")
+    if not sources:
+        return "defaults: the paper prints no values for these flags; every default is ukjax's choice (above)"
+    rows = [(f"{flag} {_format_default(actions[flag].default)}", source) for flag, source in sources.items()]
+    width = max(len(value) for value, _ in rows)
+    lines = ["defaults taken from the paper:"]
+    lines += [f"  {value.ljust(width)}  {source}" for value, source in rows]
+    lines.append("every other default is ukjax's choice (see its help); metrics.json records all values")
+    return "\n".join(lines)
+
+
+def study_parser(prog: str, module, name: str) -> argparse.ArgumentParser:
+    """The parser of one study (or tuning study): its flags, each with its default, the paper's defaults
+    below them, and the output flags ``--out`` (default ``ukjax-results/NAME``) and ``--overwrite``."""
+    from ukjax.studies._common import default_out
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description=getattr(module, "DESCRIPTION", None), formatter_class=HelpFormatter
+    )
+    module.add_arguments(parser)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    if "--out" not in flags:
+        parser.add_argument("--out", default=default_out(name), help="output folder")
+    if "--overwrite" not in flags:
+        parser.add_argument(
+            "--overwrite", action="store_true", help="allow writing into a folder that already holds results"
+        )
+    parser.epilog = paper_defaults_epilog(parser, module)
+    return parser
+
+
 def _study_table(registry=None, load=None) -> list[tuple[str, str]]:
     """(name, one-line description) of every registered study (or tuning study), in name order."""
     registry = studies.STUDIES if registry is None else registry
@@ -40,7 +108,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         prog="ukjax",
         description="Differentiable, batched simulation of constrained mechanical systems with the "
         "Udwadia-Kalaba equation.",
-        epilog="Start with `ukjax demo`; `ukjax list` names the studies that reproduce the seed papers.",
+        epilog="Start with `ukjax demo`; `ukjax list` names the studies that reproduce the papers.\n"
+        "Results go to ./ukjax-results/NAME unless --out says otherwise; a folder that already holds\n"
+        "results is refused without --overwrite.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--float32",
@@ -56,14 +127,19 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
-        "list", help="name the registered studies", description="Name the registered studies."
+        "list",
+        help="name the registered studies",
+        description="Name the registered studies.",
+        formatter_class=HelpFormatter,
     )
     run = commands.add_parser(
         "run",
         help="run one study (`ukjax run NAME --help` shows its flags)",
-        description="Run one study; it writes figures and metrics.json into --out (default results/NAME). "
-        "`ukjax run NAME --help` shows the study's flags and their paper defaults.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one study; it writes figures and metrics.json into --out (default\n"
+        "./ukjax-results/NAME; a folder that already holds results needs --overwrite).\n"
+        "`ukjax run NAME --help` shows the study's flags with their defaults, and which defaults\n"
+        "are the paper's values.",
+        formatter_class=HelpFormatter,
         epilog="studies:\n" + _format_table(_study_table()),
     )
     run.add_argument("name", nargs="?", help="the study to run (see `ukjax list`)")
@@ -71,18 +147,23 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tune_parser = commands.add_parser(
         "tune",
         help="run one tuning study (`ukjax tune NAME --help` shows its flags)",
-        description="Tune gains by gradient descent through the simulation (ukjax.tune); the study writes "
-        "history, figures and metrics.json into --out (default ukjax-results/tune_NAME).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Tune gains by gradient descent through the simulation (ukjax.tune); the study writes\n"
+        "history, figures and metrics.json into --out (default ./ukjax-results/tune_NAME; a folder\n"
+        "that already holds results needs --overwrite).",
+        formatter_class=HelpFormatter,
         epilog="tuning studies:\n" + _format_table(_study_table(studies.TUNE_STUDIES, studies.load_tune)),
     )
     tune_parser.add_argument("name", nargs="?", help="the tuning study to run")
     tune_parser.add_argument("study_args", nargs=argparse.REMAINDER, help="flags of the tuning study")
-    demo_parser = commands.add_parser("demo", help=demo.DESCRIPTION, description=demo.DESCRIPTION)
+    demo_parser = commands.add_parser(
+        "demo", help=demo.DESCRIPTION, description=demo.DESCRIPTION, formatter_class=HelpFormatter
+    )
     demo.add_arguments(demo_parser)
+    demo_parser.epilog = paper_defaults_epilog(demo_parser, demo)
     from ukjax.sweep import _cli as sweep_cli
 
     sweep_cli.add_parser(commands)
+    _subparser(parser, "sweep").formatter_class = HelpFormatter
     return parser, run
 
 
@@ -103,13 +184,19 @@ def _tune_study(name: str | None, study_args: list[str], tune_parser: argparse.A
         print(f"ukjax tune: unknown tuning study {name!r} (known: {known})", file=sys.stderr)
         return EXIT_USAGE
     module = studies.load_tune(name)
-    description = getattr(module, "DESCRIPTION", None)
-    parser = argparse.ArgumentParser(prog=f"ukjax tune {name}", description=description)
-    module.add_arguments(parser)
+    parser = study_parser(f"ukjax tune {name}", module, f"tune_{name}")
     args = parser.parse_args(study_args)
+    _prepare_output(args)
     module.run(args)
     print(f"ukjax tune {name}: results in {args.out}")
     return 0
+
+
+def _prepare_output(args) -> None:
+    """Refuse (ValueError) an --out that already holds results unless --overwrite; create the folder."""
+    from ukjax.studies._common import prepare_output
+
+    prepare_output(args.out, overwrite=args.overwrite)
 
 
 def _run_study(name: str | None, study_args: list[str], run_parser: argparse.ArgumentParser) -> int:
@@ -123,13 +210,9 @@ def _run_study(name: str | None, study_args: list[str], run_parser: argparse.Arg
         )
         return EXIT_USAGE
     module = studies.load(name)
-    parser = argparse.ArgumentParser(
-        prog=f"ukjax run {name}", description=getattr(module, "DESCRIPTION", None)
-    )
-    module.add_arguments(parser)
-    if not any("--out" in action.option_strings for action in parser._actions):
-        parser.add_argument("--out", default=f"results/{name}", help="output folder (default: %(default)s)")
+    parser = study_parser(f"ukjax run {name}", module, name)
     args = parser.parse_args(study_args)
+    _prepare_output(args)
     module.run(args)
     print(f"ukjax run {name}: results in {args.out}")
     return 0
@@ -142,7 +225,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(parser, run_parser, argv)
     except SystemExit as exit_:  # argparse's --help and usage errors: report the status, don't exit
-
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     except ValueError as error:  # input refused before any work (ukjax._validation): the message is the help
         print(f"ukjax: error: {error}", file=sys.stderr)

@@ -1,17 +1,19 @@
 """``ukjax demo``: a Monte-Carlo batch of SCARA robots following a helix, integrated by one compiled program.
 
-The model is the SCARA of Xu & Liu 2017 (seed 001, :mod:`ukjax.models.scara`): four joints, the end effector
-held on the helix x = R sin ωt, y = y_c + R cos ωt, z = v_z t with fixed orientation (eq. 47-48) by the
-Udwadia-Kalaba constraint torques (eq. 50-51), with Baumgarte stabilization φ̈ + αφ̇ + βφ = 0 (eq. 52, α =
-0.5, β = 200). Each scenario perturbs the paper's values: every mass, length and moment of inertia by a
+The model is the SCARA of Xu & Liu 2017 (:mod:`ukjax.models.scara`): four joints, the end effector held on the
+helix x = R sin ωt, y = y_c + R cos ωt, z = v_z t (eq. 40; R = 5 cm, y_c = 35 cm, one turn every 2π/ω = 5 s,
+rising v_z = 2 cm/s) with fixed orientation (eq. 47-48) by the Udwadia-Kalaba constraint torques (eq. 50-51),
+with Baumgarte stabilization φ̈ + αφ̇ + βφ = 0 (eq. 52, paper: α = 0.5, β = 200; ``--alpha``, ``--beta``).
+Seen from above (x, y) the helix is a circle of radius R, which is how the paths figure draws it, next to the
+height z(t). Each scenario perturbs the paper's values: every mass, length and moment of inertia by a
 uniform factor in [1 - spread, 1 + spread], the joint angles of the (constraint-incompatible) initial state by
 a normal error of ``--angle-noise`` degrees, the stroke by a tenth of a millimetre per degree of that, and the
 initial velocities by 1 %.
 
-All scenarios go through :func:`ukjax.simulate_batch` (``batch_params=True``) with its default solver,
-``diffrax.Tsit5`` (5th order, six evaluations per step), at a fixed step: a fixed step makes the batch run
-in lockstep without adaptive rejections, which is what throughput wants (accuracy studies use the adaptive
-default). The demo reports
+All scenarios go through :func:`ukjax.simulate_batch` (``batch_params=True``) with the explicit Runge-Kutta
+solver ``--solver`` (default ``diffrax.Tsit5``: 5th order, six evaluations per step) at a fixed step: a fixed
+step makes the batch run in lockstep without adaptive rejections, which is what throughput wants (accuracy
+studies use the adaptive default). The demo reports
 
 * throughput: scenarios per second and scenario-steps per second of the integration, compile time apart;
 * constraint violation: the end-effector path error e(t) = |p(q(t)) - p_d(t)| (eq. 39-40) and the residual
@@ -20,8 +22,9 @@ default). The demo reports
   oscillate with a period of 2π/√β ≈ 0.44 s, so the value at t1 alone can sit on a zero crossing);
 * failures by solver status (:data:`ukjax.RESULTS`),
 
-and writes ``metrics.json`` and three figures (violation histograms, a bundle of end-effector paths, violation
-over time) into ``--out``.
+and writes ``metrics.json`` (with the gains, the solver, the step and the scenario count) and three figures
+(violation histograms, end-effector paths seen from above and their height, violation over time) into
+``--out`` (default ``./ukjax-results/demo``; a folder that already holds results needs ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 import time
 from pathlib import Path
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,39 +41,57 @@ import numpy as np
 from ukjax.models.scara import PERTURBED, VELOCITY_NOISE, sample_scenarios  # noqa: F401 (re-exported)
 
 DESCRIPTION = (
-    "Monte-Carlo batch of SCARA robots (Xu & Liu 2017) by one compiled program: throughput and constraint "
-    "violation"
+    "Monte-Carlo batch of SCARA robots following a helix (Xu & Liu 2017, eq. 40) by one compiled program: "
+    "throughput and constraint violation"
 )
 
 TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
+PAPER_DEFAULTS = {"--alpha": "Xu & Liu 2017, eq. 52-54", "--beta": "Xu & Liu 2017, eq. 52-54"}
 
+
+# --solver NAME -> the diffrax solver: explicit Runge-Kutta methods, which take the fixed step as it is.
+SOLVERS = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "bosh3": diffrax.Bosh3,
+    "ralston": diffrax.Ralston,
+    "midpoint": diffrax.Midpoint,
+    "heun": diffrax.Heun,
+    "euler": diffrax.Euler,
+}
 
 FLAGS = (
     ("--scenarios", int, 1024, "number of scenarios"),
-    ("--duration", float, 5.0, "simulated seconds; 5 s is one revolution of the helix"),
-    ("--dt", float, 5e-3, "fixed Tsit5 step in seconds (smaller than --duration)"),
+    ("--duration", float, 5.0, "simulated seconds; 5 s is one turn of the helix (Xu & Liu 2017, eq. 40)"),
+    ("--dt", float, 5e-3, "fixed integrator step in seconds (smaller than --duration)"),
     ("--seed", int, 0, "random seed of the perturbations"),
     ("--spread", float, 0.05, "relative spread of masses, lengths, inertias"),
     ("--angle-noise", float, 1.0, "standard deviation of the initial joint-angle errors, degrees"),
     ("--saves", int, 201, "saved time points per scenario"),
     ("--chunk", int, 256, "scenarios per compiled call; the progress bar advances per chunk"),
-    ("--alpha", float, 0.5, "Baumgarte gain α of φ̈ + αφ̇ + βφ = 0 (Xu & Liu 2017, eq. 52; paper: 0.5)"),
-    ("--beta", float, 200.0, "Baumgarte gain β (paper: 200; α = 2√β is critically damped)"),
-    ("--out", str, "ukjax-demo", "output folder"),
-)
+    ("--alpha", float, 0.5, "Baumgarte gain α (1/s) of φ̈ + αφ̇ + βφ = 0, all four rows (Xu & Liu 2017, "
+     "eq. 52-54: 0.5)"),
+    ("--beta", float, 200.0, "Baumgarte gain β (1/s²), all four rows (Xu & Liu 2017, eq. 52-54: 200; "
+     "α = 2√β is critically damped)"),
+)  # fmt: skip
 
 
 def add_arguments(parser) -> None:
-    """Flags of ``ukjax demo`` (defaults: 1024 scenarios over one revolution of the paper's helix)."""
+    """Flags of ``ukjax demo`` (defaults: 1024 scenarios over one turn of the paper's helix)."""
+    from ukjax.studies._common import add_output_arguments
+
     for flag, kind, default, text in FLAGS:
-        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bar while integrating"
+        "--solver", choices=sorted(SOLVERS), default="tsit5", help="diffrax explicit Runge-Kutta solver"
     )
+    add_output_arguments(parser, "demo")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar while integrating")
 
 
 def _path_error(ts, q, params):
-    """e(t) = |p(q(t)) - p_d(t)| for one scenario's saved trajectory (seed 001 eq. 39-40)."""
+    """e(t) = |p(q(t)) - p_d(t)| for one scenario's saved trajectory (Xu & Liu 2017, eq. 39-40)."""
     from ukjax.models import scara
 
     return scara.path_error(ts, q, params)
@@ -116,13 +138,13 @@ def _phase(number: int, text: str) -> float:
     return time.perf_counter()
 
 
-def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> list[str]:
+def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args, dt, helix) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    setting = f"Tsit5, fixed step {args.dt:g} s, {len(path_error)} scenarios"
+    setting = f"{SOLVERS[args.solver].__name__}, fixed step {dt:g} s, {len(path_error)} scenarios"
     floor = 1e-16
     files = []
 
@@ -130,7 +152,7 @@ def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> l
     tail = ts >= TAIL * ts[-1]
     for ax, values, label in (
         (axes[0], path_error, "tail peak of e(t) [m]"),
-        (axes[1], phi_norm, "tail peak of |φ|"),
+        (axes[1], phi_norm, "tail peak of |φ| (m or rad)"),
     ):
         late = np.maximum(values[ok][:, tail].max(axis=1), floor)
         bins = np.logspace(np.log10(late.min()), np.log10(late.max()) + 1e-9, 40) if late.size else 10
@@ -142,22 +164,33 @@ def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> l
     fig.tight_layout()
     files.append(_save(fig, out / "violation_histogram.png"))
 
-    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    fig, (ax, ax_z) = plt.subplots(1, 2, figsize=(11, 5), width_ratios=(1, 1.2))
     shown = np.flatnonzero(ok)[:64]
     for i in shown:
         ax.plot(paths[i, :, 0], paths[i, :, 1], lw=0.6, alpha=0.6)
-    ax.plot(desired[:, 0], desired[:, 1], "k--", lw=1.5, label="desired (Xu & Liu 2017, eq. 40)")
+        ax_z.plot(ts, paths[i, :, 2], lw=0.6, alpha=0.6)
+    desired_label = "desired helix (Xu & Liu 2017, eq. 40)"
+    ax.plot(desired[:, 0], desired[:, 1], "k--", lw=1.5, label=desired_label)
+    ax_z.plot(ts, desired[:, 2], "k--", lw=1.5, label=desired_label)
     ax.set_aspect("equal")
     ax.set_xlabel("x [m]")
     ax.set_ylabel("y [m]")
+    ax.set_title(f"seen from above: the helix is a circle of radius R = {helix['radius']:g} m", fontsize=9)
+    ax_z.set_xlabel("t [s]")
+    ax_z.set_ylabel("height z [m]")
+    ax_z.set_title(f"height: the helix rises at v_z = {helix['vz']:g} m/s", fontsize=9)
+    ax_z.legend(loc="upper left", fontsize=8)
     worst = float(np.max(path_error[ok])) if ok.any() else float("nan")
-    ax.set_title(f"{len(shown)} end-effector paths; max path error {worst:.2e} m\n{setting}", fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"{len(shown)} end-effector paths on the helix; max path error {worst:.2e} m ({setting})",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
     files.append(_save(fig, out / "end_effector_paths.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
-    for ax, values, label in ((axes[0], path_error, "path error e(t) [m]"), (axes[1], phi_norm, "|φ(t)|")):
+    for ax, values, label in (
+        (axes[0], path_error, "path error e(t) [m]"),
+        (axes[1], phi_norm, "|φ(t)| (m or rad)"),
+    ):
         values = np.maximum(values[ok], floor)
         if values.size:
             lo, mid, hi = np.percentile(values, [5, 50, 95], axis=0)
@@ -168,7 +201,7 @@ def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args) -> l
         ax.set_xlabel("t [s]")
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
-    gains = f"Baumgarte α = {args.alpha:g}, β = {args.beta:g}"
+    gains = f"Baumgarte α = {args.alpha:g} 1/s, β = {args.beta:g} 1/s²"
     fig.suptitle(f"Constraint violation over time, {gains} ({setting})")
     fig.tight_layout()
     files.append(_save(fig, out / "violation_over_time.png"))
@@ -187,12 +220,14 @@ def run(args) -> dict:
     """Run the demo of ``args`` (see :func:`add_arguments`): print a summary, write files, return metrics."""
     import ukjax
     from ukjax.models import scara
-    from ukjax.studies._common import write_json
+    from ukjax.studies._common import prepare_output, write_json
 
     if args.scenarios < 1 or args.duration <= 0 or args.dt <= 0 or args.saves < 2:
         raise ValueError("--scenarios, --duration, --dt must be positive and --saves at least 2")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.solver not in SOLVERS:
+        raise ValueError(f"--solver must be one of {', '.join(sorted(SOLVERS))}, got {args.solver!r}")
+    out = prepare_output(args.out, overwrite=args.overwrite)
+    solver = SOLVERS[args.solver]()
     steps = int(math.ceil(args.duration / args.dt - 1e-9))
     dt = args.duration / steps
     started = time.perf_counter()
@@ -210,21 +245,24 @@ def run(args) -> dict:
 
     def integrate(q0s, qd0s, batch):
         return ukjax.simulate_batch(
-            system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt,
+            system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt, solver=solver,
         )  # fmt: skip
 
     chunk = max(1, min(args.chunk, args.scenarios))
     count = math.ceil(args.scenarios / chunk)
     # Pad to whole chunks with copies of scenario 0 (dropped afterwards): every chunk reuses one program.
     pad = count * chunk - args.scenarios
-    padded = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]),
-                                    (q0s, qd0s, batch))
-    pieces = [jax.tree_util.tree_map(lambda x, k=k: x[k * chunk : (k + 1) * chunk], padded)
-              for k in range(count)]
+    padded = jax.tree_util.tree_map(
+        lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]), (q0s, qd0s, batch)
+    )
+    pieces = [
+        jax.tree_util.tree_map(lambda x, k=k: x[k * chunk : (k + 1) * chunk], padded) for k in range(count)
+    ]
     print(
-        f"ukjax demo: {args.scenarios} SCARA scenarios (Xu & Liu 2017), {args.duration:g} s, Tsit5 fixed "
-        f"step {dt:g} s ({steps} steps), {q0s.dtype}, backend {jax.default_backend()}; {count} compiled "
-        f"call(s) of {chunk} scenarios",
+        f"ukjax demo: {args.scenarios} SCARA scenarios following a helix (Xu & Liu 2017), "
+        f"{args.duration:g} s, {type(solver).__name__} fixed step {dt:g} s ({steps} steps), Baumgarte "
+        f"α = {args.alpha:g}, β = {args.beta:g}, {q0s.dtype}, backend {jax.default_backend()}; "
+        f"{count} compiled call(s) of {chunk} scenarios",
         flush=True,
     )
     tic = _phase(1, "compiling (a second run reads it from the compilation cache)")
@@ -256,7 +294,11 @@ def run(args) -> dict:
     ok = np.isin(status, completed) & np.all(np.isfinite(path_error), axis=1)
     failures = {name: count for name, count in _status_counts(status).items() if name != "success" and count}
     tail = np.asarray(ts) >= TAIL * args.duration
-    figures = _figures(out, np.asarray(ts), path_error, phi_norm, paths, desired, ok, args)
+    helix = {
+        "shape": "helix x = R sin ωt, y = y_c + R cos ωt, z = v_z t (Xu & Liu 2017, eq. 40)",
+        **{name: float(params[name]) for name in ("radius", "center_y", "omega", "vz")},
+    }
+    figures = _figures(out, np.asarray(ts), path_error, phi_norm, paths, desired, ok, args, dt, helix)
     postprocess_s = time.perf_counter() - tic
 
     metrics = {
@@ -265,10 +307,12 @@ def run(args) -> dict:
         "completed": int(ok.sum()),
         "failures_by_status": failures,
         "baumgarte": {"form": "linear (Xu & Liu 2017, eq. 52)", "alpha": args.alpha, "beta": args.beta},
-        "integrator": "diffrax.Tsit5, fixed step",
+        "solver": args.solver,
+        "integrator": f"diffrax.{type(solver).__name__}, fixed step dt",
         "dt": dt,
         "steps": steps,
         "duration": args.duration,
+        "path": helix,
         "dtype": str(q0s.dtype),
         "perturbation": {
             "parameters": list(PERTURBED),
@@ -307,26 +351,30 @@ def _print_summary(m: dict, out: Path) -> None:
     import ukjax
 
     t, th = m["timing_s"], m["throughput"]
-    print(f"\n{m['succeeded']}/{m['scenarios']} scenarios succeeded (status success: ran to t1 and the "
-          "constraints held)")
+    print(
+        f"\n{m['succeeded']}/{m['scenarios']} scenarios succeeded (status success: ran to t1 and the "
+        "constraints held)"
+    )
     for name, count in m["failures_by_status"].items():
         print(f"  {count} x {name}: {ukjax.RESULTS.message(ukjax.RESULTS[name])}")
     gains = m["baumgarte"]
     if m["failures_by_status"].get("constraint_violated") and gains["alpha"] ** 2 < 4 * gains["beta"]:
         alpha, beta = gains["alpha"], gains["beta"]
         period = 2 * math.pi / math.sqrt(beta - alpha**2 / 4)
-        print(f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period "
-              f"{period:.2f} s and decays as e^(-{alpha / 2:g} t); critically damped gains are "
-              f"--alpha {2 * math.sqrt(beta):.3g})")
+        print(
+            f"  (α = {alpha:g}, β = {beta:g} is underdamped: the error oscillates with period "
+            f"{period:.2f} s and decays as e^(-{alpha / 2:g} t); critically damped gains are "
+            f"--alpha {2 * math.sqrt(beta):.3g})"
+        )
     print(
         f"throughput: {th['scenarios_per_s']:.1f} scenarios/s, {th['scenario_steps_per_s']:.3g} "
         f"scenario-steps/s (compile {t['compile']:.1f} s, integrate {t['integrate']:.2f} s, "
         f"post-process {t['postprocess']:.1f} s)"
     )
     print(f"constraint violation over the {m['completed']} scenarios that ran to t1:")
-    print(f"{'':<26}{'max':>10}{'median':>10}{'95th pct':>10}")
-    for key, label in (("path_error_m", "path error [m]"), ("phi_norm", "|φ|")):
+    print(f"{'':<30}{'max':>10}{'median':>10}{'95th pct':>10}")
+    for key, label in (("path_error_m", "path error [m]"), ("phi_norm", "|φ| [m or rad]")):
         for when in ("peak", "tail"):
             s = m[key][when]
-            print(f"  {label + ', ' + when:<24}{s['max']:>10.2e}{s['median']:>10.2e}{s['p95']:>10.2e}")
+            print(f"  {label + ', ' + when:<28}{s['max']:>10.2e}{s['median']:>10.2e}{s['p95']:>10.2e}")
     print(f"wrote metrics.json and {', '.join(m['figures'])} to {out}/ (total {t['total']:.1f} s)")

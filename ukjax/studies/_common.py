@@ -114,3 +114,81 @@ def integrator_record(args) -> dict:
         "t1": args.t1,
         "num_saves": args.num_saves,
     }
+
+
+# ------------------------------------------------------------------------------------------ output folders
+RESULTS_ROOT = "ukjax-results"  # default parent of every study's output, relative to the current directory
+RESULT_FILES = ("metrics.json", "history.json")  # a folder holding one of these holds results
+
+
+def default_out(name: str) -> str:
+    """``ukjax-results/NAME``: where a study, a tuning study or the demo writes unless ``--out`` says else."""
+    return f"{RESULTS_ROOT}/{name}"
+
+
+def add_output_arguments(parser, name: str) -> None:
+    """``--out`` (default ``ukjax-results/NAME``) and ``--overwrite``, the output flags every study offers."""
+    parser.add_argument(
+        "--out",
+        default=default_out(name),
+        help="output folder for figures and metrics.json, relative to the current directory",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="allow writing into a folder that already holds results (a metrics.json, or files git tracks, "
+        "such as the committed results/NAME)",
+    )
+
+
+def _git_tracked(folder: Path) -> list[str]:
+    """Files under ``folder`` that git tracks (empty outside a git work tree or without git)."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(folder), "ls-files", "--", "."], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return listed.stdout.split() if listed.returncode == 0 else []
+
+
+def prepare_output(out, *, overwrite: bool = False) -> Path:
+    """Create the output folder ``out`` and return it, refusing a folder that already holds results.
+
+    A folder holds results when it has a ``metrics.json`` or ``history.json`` or any file that git tracks
+    (the committed ``results/NAME``, or the repository itself). Writing there needs ``overwrite=True``
+    (``--overwrite``); otherwise a ValueError names the folder and the flag, so that no run replaces earlier
+    results by accident.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and not overwrite:
+        found = [name for name in RESULT_FILES if (out / name).exists()]
+        tracked = _git_tracked(out)
+        if tracked:
+            found.append(f"{len(tracked)} file(s) tracked by git, e.g. {tracked[0]}")
+        if found:
+            raise ValueError(
+                f"--out {out} already holds results ({'; '.join(found)}); pass --overwrite to write over "
+                "them, or choose another --out"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ printed summaries
+def status_name(message: str) -> str:
+    """The short name (success, constraint_violated, ...) of a status message as metrics.json stores it, for a
+    one-line summary; the message itself when it is no :data:`ukjax.RESULTS` message."""
+    from ukjax.simulation import RESULTS
+
+    names = {RESULTS.message(code): code.name for code in RESULTS}
+    return names.get(message, message)
+
+
+def time_text(t: float, level: float) -> str:
+    """'below 0.01 at 1.234 s', or 'not below 0.01 by t1' for the NaN of :func:`first_time_below`."""
+    return f"below {level:g} at {t:.3f} s" if np.isfinite(t) else f"not below {level:g} by t1"

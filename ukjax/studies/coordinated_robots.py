@@ -1,5 +1,5 @@
-"""Two coordinated 3-link robots carrying a load (seed 000 §V-VI, Figs. 4-14) under minimum-norm servo
-control.
+"""Two coordinated 3-link robots carrying a load (Liu et al. 2015, seed 000 §V-VI, Figs. 4-14) under
+minimum-norm servo control.
 
 Simulates :mod:`ukjax.models.coordinated_robots` (closed chain, 3 DOF, 6 actuators) from the initial state
 derived by Newton's method on the constraints (the paper's Table I is missing), records θ1...θ5 (Figs.
@@ -25,12 +25,23 @@ from ukjax import control
 from ukjax.linalg import pinv
 from ukjax.models import coordinated_robots as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    status_name,
+    write_json,
+)
 from ukjax.system import System
 
 DESCRIPTION = (
-    "seed 000 §V-VI: two coordinated robots holding a load; θ(t), u(t) (Figs. 4-14), u ranges vs paper"
+    "Liu et al. 2015, §V-VI: two coordinated robots holding a load; θ(t), u(t) (Figs. 4-14), u ranges vs "
+    "the paper's"
 )
+# Liu et al. 2015 §VI also give m_i = I_i = l_i = 1 (not flags); L and the gains are not printed.
+PAPER_DEFAULTS = {"--g": "Liu et al. 2015, §VI"}
 
 
 HOW_INITIAL_STATE = " ".join(
@@ -60,13 +71,20 @@ Baumgarte gains and time span add to the difference. No parameter was tuned to m
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument("--out", default="results/coordinated_robots", help="output folder")
+    add_output_arguments(parser, "coordinated_robots")
     parser.add_argument("--t1", type=float, default=10.0, help="end time (s); the task has period 2 pi")
-    parser.add_argument("--g", type=float, default=float(d["g"]), help="gravity (m/s^2), seed 000 sec. VI")
-    parser.add_argument("--L", type=float, default=float(d["L"]), help="distance of the bases (m), 3l")
-    parser.add_argument("--alpha", type=float, default=float(d["alpha"]), help="servo Baumgarte alpha = beta")
+    parser.add_argument("--g", type=float, default=float(d["g"]), help="gravity (m/s²)")
     parser.add_argument(
-        "--alpha-passive", type=float, default=float(d["alpha_p"]), help="passive alpha = beta (1/s)"
+        "--L", type=float, default=float(d["L"]), help="distance of the bases (m), 3l; not printed"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=float(d["alpha"]), help="servo Baumgarte α = β (1/s); not printed"
+    )
+    parser.add_argument(
+        "--alpha-passive",
+        type=float,
+        default=float(d["alpha_p"]),
+        help="closed-chain Baumgarte α = β (1/s); not printed",
     )
     add_integrator_arguments(parser, tolerance=1e-10, num_saves=1001)
     parser.add_argument(
@@ -136,12 +154,12 @@ def _figures(out: Path, sol, pose, task, literal_u):
         np.maximum(np.max(np.abs(np.asarray(sol.servo_residual)), axis=1), 1e-18),
         label="task |φ_s| (eq. 64-65)",
     )
-    axes[0].set(ylabel="max constraint error", title="Constraint violation along the closed-loop run")
+    axes[0].set(ylabel="max constraint error (m or rad)", title="Constraint violation, closed-loop run")
     axes[0].legend(fontsize=7)
     for j, label in enumerate(("x3 (m)", "y3 (m)", "θ3 (rad)")):
         axes[1].plot(ts, np.asarray(pose[:, j]), label=label)
         axes[1].plot(ts, np.asarray(task[:, j]), "k:", lw=1)
-    axes[1].set(xlabel="t (s)", ylabel="object pose", title="Object pose (dotted: task eq. 64)")
+    axes[1].set(xlabel="t (s)", ylabel="object pose (m or rad)", title="Object pose (dotted: task eq. 64)")
     axes[1].legend(fontsize=7)
     names.append("constraint_violation.png")
     save_figure(fig, out / names[-1])
@@ -149,8 +167,7 @@ def _figures(out: Path, sol, pose, task, literal_u):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = model.default_params()
     f = lambda x: jnp.asarray(x, jnp.float64)
     params.update(
@@ -178,7 +195,7 @@ def run(args) -> dict:
     )
     lit_u = np.asarray(lit_u)
     metrics = {
-        "paper": "Liu et al. 2015 (seed 000) §V-VI, eq. 55-71, appendix A2-A4",
+        "paper": "Liu et al. 2015, §V-VI, eq. 55-71, appendix A2-A4",
         "params": {k: np.asarray(v).tolist() for k, v in params.items()},
         "initial_state": {
             "how": HOW_INITIAL_STATE.format(guess=list(model.GUESS)),
@@ -218,4 +235,27 @@ def run(args) -> dict:
         }
     metrics["figures"] = _figures(out, sol, pose, task, literal_u_plot)
     write_json(out / "metrics.json", metrics)
+    _print_summary(metrics, args)
     return metrics
+
+
+def _print_summary(m: dict, args) -> None:
+    ranges = m["u_ranges"]
+    lines = [
+        f"two coordinated robots (Liu et al. 2015, §V-VI), t1 = {args.t1:g} s, Tsit5 adaptive, rtol "
+        f"{args.rtol:g}, atol {args.atol:g}: {status_name(m['status'])}",
+        f"  max |closed-chain error| {m['max_abs_closed_chain_error']:.1e} m, max |task error| "
+        f"{m['max_abs_task_error']:.1e} (m or rad)",
+        "  range of u (N m): "
+        + "".join(f"{h:>20}" for h in ("ukjax min-norm", "paper §VI", "literal eq. 35")),
+    ]
+    columns = ("ukjax_min_norm_projected", "paper_section_VI", "literal_eq35_on_ukjax_trajectory")
+    for i, row in enumerate(zip(*(ranges[c] for c in columns), strict=True)):
+        lines.append(f"  u{i + 1}{'':15}" + "".join(f"{f'{lo:.2f} ... {hi:.2f}':>20}" for lo, hi in row))
+    if "literal_eq35_closed_loop_run" in m:
+        run = m["literal_eq35_closed_loop_run"]
+        lines.append(
+            f"  closed loop under the literal eq. 35: {status_name(run['status'])}; max |task error| "
+            f"{run['max_abs_task_error']:.1e} (m or rad)"
+        )
+    print("\n".join(lines))

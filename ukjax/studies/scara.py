@@ -1,4 +1,4 @@
-"""SCARA robot on a helical trajectory, without and with Baumgarte stabilization (seed 001, Figures 2-10).
+"""SCARA robot on a helical trajectory, without and with Baumgarte stabilization (seed 001, Figs. 2-10).
 
 Xu & Liu (2017) integrate the UK equation of the SCARA (:mod:`ukjax.models.scara`) from initial
 conditions that violate the trajectory constraint eq. 47 and report maximal displacement errors of about
@@ -26,19 +26,36 @@ import numpy as np
 
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
-DESCRIPTION = "seed 001: SCARA on a helix, no stabilization vs Baumgarte (paper gains, critically damped)"
+DESCRIPTION = (
+    "Xu & Liu 2017: SCARA on a helix (eq. 40, 47-48), no stabilization vs Baumgarte (paper gains, critically "
+    "damped)"
+)
+PAPER_DEFAULTS = {"--alpha": "Xu & Liu 2017, eq. 52-54", "--beta": "Xu & Liu 2017, eq. 52-54"}
 PAPER_MAX_ERRORS = {"x": 8e-4, "y": 7e-3, "z": 1e-2}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="results/scara", help="output folder")
+    add_output_arguments(parser, "scara")
     parser.add_argument("--t1", type=float, default=20.0, help="end time (s); 20 s gives the paper's z error")
-    parser.add_argument("--alpha", type=float, default=0.5, help="paper Baumgarte α (eq. 52, all rows)")
-    parser.add_argument("--beta", type=float, default=200.0, help="Baumgarte β (eq. 52, all rows)")
     parser.add_argument(
-        "--initial", choices=model.READINGS, default="corrected", help="reading of the printed q(0)"
+        "--alpha", type=float, default=0.5, help="Baumgarte α (1/s) of φ̈ + αφ̇ + βφ = 0, all rows"
+    )
+    parser.add_argument("--beta", type=float, default=200.0, help="Baumgarte β (1/s²), all rows")
+    parser.add_argument(
+        "--initial",
+        choices=model.READINGS,
+        default="corrected",
+        help="reading of the paper's printed q(0): "
+        "corrected (q1, q3 with the signs the printed velocities imply) or printed (literal)",
     )
     add_integrator_arguments(parser, tolerance=1e-10, num_saves=2001)
 
@@ -71,7 +88,7 @@ def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
     axes[0, 0].legend(fontsize=7)
     for ax in axes[1]:
         ax.set_xlabel("t (s)")
-    fig.suptitle("Joint responses (seed 001 Figs. 2, 6)")
+    fig.suptitle("Joint responses (Xu & Liu 2017, Figs. 2, 6)")
     paths.append(save_figure(fig, out / "joints.png"))
 
     fig = plt.figure(figsize=(10, 4))
@@ -87,18 +104,23 @@ def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
     for k, name in enumerate(names):
         ax.plot(pos[k, :, 0], pos[k, :, 1], pos[k, :, 2], label=name)
     ax.plot(desired[:, 0], desired[:, 1], desired[:, 2], "k--")
-    ax.set_xlabel("x")
-    ax.set_ylabel("y")
-    ax.set_zlabel("z")
-    fig.suptitle("End-effector trajectory (seed 001 Figs. 3, 7)")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_zlabel("z (m)")
+    fig.suptitle("End-effector trajectory on the helix (Xu & Liu 2017, Figs. 3, 7; left: seen from above)")
     paths.append(save_figure(fig, out / "trajectory.png"))
 
     panels = (
-        (q - q_ref, [f"q{j + 1} error" for j in range(4)], "Joint errors (seed 001 Figs. 4, 8)", "joint"),
+        (
+            q - q_ref,
+            [f"q{j + 1} error ({'m' if j == 3 else 'rad'})" for j in range(4)],
+            "Joint errors (Xu & Liu 2017, Figs. 4, 8)",
+            "joint",
+        ),
         (
             pos - desired,
             [f"{a} error (m)" for a in "xyz"],
-            "Displacement errors (seed 001 Figs. 5, 9)",
+            "Displacement errors (Xu & Liu 2017, Figs. 5, 9)",
             "displacement",
         ),
     )
@@ -121,16 +143,15 @@ def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
     for ax in axes:
         ax.legend(fontsize=7)
         ax.set_xlabel("t (s)")
-    axes[0].set_ylabel("N m")
-    axes[1].set_ylabel("N")
-    fig.suptitle("Constraint torques, paper gains (seed 001 Fig. 10)")
+    axes[0].set_ylabel("joint torque (N m)")
+    axes[1].set_ylabel("prismatic force (N)")
+    fig.suptitle("Constraint torques, paper gains (Xu & Liu 2017, Fig. 10)")
     paths.append(save_figure(fig, out / "constraint_torques.png"))
     return paths
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     p = model.default_params()
     q0, qd0 = model.initial_state(p, reading=args.initial)
     beta = args.beta
@@ -182,7 +203,7 @@ def run(args) -> dict:
             "initial_reading": args.initial,
             "q0": q0,
             "qd0": qd0,
-            "baumgarte_form": "linear: φ̈ + αφ̇ + βφ = 0 (seed 001 eq. 52)",
+            "baumgarte_form": "linear: φ̈ + αφ̇ + βφ = 0 (Xu & Liu 2017, eq. 52)",
             "wall_time_s_including_compilation": wall,
         },
         "initial_violation": {"phi0": phi0, "phidot0": phid0},
@@ -190,7 +211,8 @@ def run(args) -> dict:
     }
     prediction = np.abs(phi0[[0, 1, 3]] + phid0[[0, 1, 3]] * args.t1)
     lines = [
-        f"SCARA (seed 001), initial conditions: {args.initial} reading, t1 = {args.t1} s",
+        f"SCARA on a helix (Xu & Liu 2017), initial conditions: {args.initial} reading, t1 = {args.t1} s, "
+        f"Tsit5 adaptive, rtol {args.rtol:g}, atol {args.atol:g}",
         f"  φ(0) = {np.array2string(phi0, precision=4)}, φ̇(0) = {np.array2string(phid0, precision=4)}",
         "  without stabilization φ̈ = 0, so |error(t1)| = |φ(0) + φ̇(0) t1| = "
         f"x {prediction[0]:.2e}, y {prediction[1]:.2e}, z {prediction[2]:.2e} m "
@@ -221,7 +243,7 @@ def run(args) -> dict:
         lines.append(
             f"  {name:8s} α={a:7.3f} β={b:6.1f}: max error x {e['x']:.2e} y {e['y']:.2e} z {e['z']:.2e} m "
             f"(t ≥ 1 s: {late['x']:.1e}, {late['y']:.1e}, {late['z']:.1e}); "
-            f"final ‖φ‖ {entry['final_violation_norm']:.1e}; steps {entry['steps']}; "
+            f"final ‖φ‖ {entry['final_violation_norm']:.1e} (m or rad); steps {entry['steps']}; "
             f"|φ - closed form| {entry['max_deviation_from_closed_form_violation']:.1e}"
         )
     lines.append(

@@ -23,22 +23,33 @@ from ukjax.models import swarm as model
 from ukjax.simulation import RESULTS, simulate
 from ukjax.studies._common import (
     add_integrator_arguments,
+    add_output_arguments,
     first_time_below,
     integrator_record,
+    prepare_output,
     save_figure,
+    status_name,
+    time_text,
     write_json,
 )
 
-DESCRIPTION = "seed 002 §8.2: five robots under the swarm constraint eq. 61-62; ‖β‖ < 0.01, no collisions"
+PAPER = "UK review, Chin. J. Mech. Eng."  # the review's text names no authors or year
+DESCRIPTION = f"{PAPER}, §8.2: five robots under the swarm constraint eq. 61-62; ‖β‖ < 0.01, no collisions"
+PAPER_DEFAULTS = {
+    "--mass": f"{PAPER}, §8.2",
+    "--tolerance": f"{PAPER}, §8.2 and Fig. 8: ‖β‖ falls below 0.01",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = model.default_params()
-    parser.add_argument("--out", default="results/swarm", help="output folder")
+    add_output_arguments(parser, "swarm")
     parser.add_argument("--t1", type=float, default=10.0, help="end time (s)")
-    parser.add_argument("--mass", type=float, default=2.0, help="robot mass m_i (kg), seed 002 §8.2")
-    parser.add_argument("--kappa", type=float, default=float(defaults["kappa"]), help="stabilization κ (1/s)")
-    parser.add_argument("--tolerance", type=float, default=0.01, help="‖β‖ level to report the time of")
+    parser.add_argument("--mass", type=float, default=2.0, help="robot mass m_i (kg)")
+    parser.add_argument(
+        "--kappa", type=float, default=float(defaults["kappa"]), help="stabilization κ (1/s): ‖β‖ ∝ e^(-κt)"
+    )
+    parser.add_argument("--tolerance", type=float, default=0.01, help="‖β‖ level (m/s) to report the time of")
     add_integrator_arguments(parser, tolerance=1e-10, num_saves=1001)
 
 
@@ -71,7 +82,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
         (line,) = ax.plot(x[:, i, 0], x[:, i, 1], lw=1, label=f"robot {i + 1}")
         ax.plot(x[0, i, 0], x[0, i, 1], "o", color=line.get_color())
         ax.plot(x[-1, i, 0], x[-1, i, 1], "s", color=line.get_color(), ms=4)
-    ax.set(xlabel="x (m)", ylabel="y (m)", title="Robot trajectories (seed 002 Fig. 7); o start, ■ end")
+    ax.set(xlabel="x (m)", ylabel="y (m)", title=f"Robot trajectories ({PAPER}, Fig. 7); o start, ■ end")
     ax.set_aspect("equal")
     ax.legend(fontsize=7)
     save_figure(fig, out / "trajectories.png")
@@ -80,7 +91,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
     axes[0].semilogy(sol.ts, beta_norm, label="‖β(t)‖ simulated")
     axes[0].semilogy(sol.ts, closed_norm, "k:", label="closed form e^{-κt}‖β(0)‖")
     axes[0].axhline(tolerance, color="gray", lw=0.8)
-    axes[0].set(ylabel="‖β‖ (m/s)", title="Swarm performance error (seed 002 Fig. 8)")
+    axes[0].set(ylabel="‖β‖ (m/s)", title=f"Swarm performance error ({PAPER}, Fig. 8)")
     axes[0].legend(fontsize=8)
     axes[1].plot(sol.ts, dmin)
     axes[1].set(xlabel="t (s)", ylabel="min distance (m)", title="Closest pair of robots")
@@ -88,8 +99,7 @@ def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = model.default_params()
     params["mass"] = jnp.full_like(params["mass"], args.mass)
     params["kappa"] = jnp.asarray(args.kappa, jnp.float64)
@@ -110,7 +120,7 @@ def run(args) -> dict:
     side, diagonal = pentagon_distances(params)
     final = np.sort(distances[-1])
     metrics = {
-        "paper": "seed 002 §8.2, eq. 60-65; reported: no collisions, ‖β‖ falls below 0.01",
+        "paper": f"{PAPER}, §8.2, eq. 60-65; reported: no collisions, ‖β‖ falls below 0.01",
         "integrator": integrator_record(args),
         "status": RESULTS.message(sol.status),
         "num_steps": int(sol.num_steps),
@@ -135,4 +145,20 @@ def run(args) -> dict:
     }
     _figures(out, sol, beta_norm, closed_norm, dmin, args.tolerance)
     write_json(out / "metrics.json", metrics)
+    _print_summary(metrics, args)
     return metrics
+
+
+def _print_summary(m: dict, args) -> None:
+    print(
+        f"swarm of five robots ({PAPER}, §8.2), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, "
+        f"atol {args.atol:g}: {status_name(m['status'])}\n"
+        f"  ‖β‖ (m/s): {m['beta0_norm']:.3g} at t = 0 -> {m['final_beta_norm']:.2e} at t1; "
+        f"{time_text(m['time_to_tolerance_s'], args.tolerance)} (closed form e^(-κt)‖β(0)‖: "
+        f"{m['closed_form_time_to_tolerance_s']:.3f} s; largest relative gap "
+        f"{m['max_rel_beta_minus_closed_form']:.1e})\n"
+        f"  closest approach {m['min_pairwise_distance_m']:.3f} m (robots {m['min_pairwise_distance_pair']} "
+        f"at t = {m['min_pairwise_distance_time_s']:.2f} s); final distances within "
+        f"{m['max_final_distance_minus_pentagon_m']:.1e} m of the regular pentagon; centroid drift "
+        f"{m['centroid_drift_m']:.1e} m"
+    )

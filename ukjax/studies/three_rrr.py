@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +27,15 @@ from tqdm import tqdm
 
 from ukjax.models import three_rrr as model
 from ukjax.simulation import RESULTS, simulate, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    status_name,
+    write_json,
+)
 
 DESCRIPTION = (
     "Orsino 2017 Figs. 2-4, eq. 4.14-4.18: 3RRR from 10 modules in 3 levels; servo inverse dynamics, "
@@ -51,9 +58,7 @@ in 1/kg, not a length.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument(
-        "--out", default="ukjax-results/three_rrr", help="output folder (default: %(default)s)"
-    )
+    add_output_arguments(parser, "three_rrr")
     parser.add_argument("--t1", type=float, default=float(d["trajectory"]["period"]), help="end time (s)")
     parser.add_argument(
         "--levels",
@@ -278,7 +283,9 @@ def _figures(
     mean_sigma2 = np.array([np.mean(v) for v in violation["sigma2"]])
     axes[0].loglog(mean_sigma2[1:], violation["position"][1:], "o", ms=4)
     axes[0].axhline(max(violation["position"][0], 1e-16), color="k", ls=":", label="rigid (R = 0)")
-    axes[0].set(xlabel="mean joint σ² (1/kg)", ylabel="max |φ| (m)", title="Constraint violation per run")
+    axes[0].set(
+        xlabel="mean joint σ² (1/kg)", ylabel="max |φ| (m or rad)", title="Constraint violation per run"
+    )
     axes[0].legend(fontsize=7)
     axes[1].loglog(mean_sigma2[1:], deviation[1:] * 1e3, "o", ms=4)
     axes[1].set(
@@ -292,8 +299,7 @@ def _figures(
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     levels = [float(x) for x in args.levels.split(",") if x.strip()]
     if any(level <= 0 for level in levels) or args.samples < 1:
         raise ValueError("--levels must be positive variances and --samples at least 1")
@@ -483,4 +489,33 @@ def run(args) -> dict:
         params,
     )
     write_json(out / "metrics.json", metrics)
+    _print_summary(metrics, args)
     return metrics
+
+
+def _print_summary(m: dict, args) -> None:
+    inv, fwd, mc = m["inverse_dynamics"], m["forward_rigid"], m["clearance_monte_carlo"]
+    lines = [
+        f"3RRR (Orsino 2017), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, atol {args.atol:g}",
+        f"  inverse dynamics (servo constraints): {status_name(inv['status'])}; |u - KKT solve| <= "
+        f"{inv['max_abs_torque_minus_kkt_Nm']:.1e} N m, |u - feedforward| <= "
+        f"{inv['max_abs_torque_minus_feedforward_Nm']:.1e} N m, passive violation <= "
+        f"{inv['max_abs_passive_violation_m']:.1e} (m or rad)",
+        f"  forward, recursive (Kalman) solver, rigid: {fwd['status_recursive']}; |q̈ recursive - one-shot| / "
+        f"|q̈| <= {fwd['max_rel_qdd_recursive_minus_one_shot_along_run']:.1e}; platform off the prescribed "
+        f"path by <= {fwd['max_abs_platform_error_vs_prescribed']:.1e} (m or rad)",
+        f"  clearances (eq. 4.17-4.18), {args.samples} runs per level: σ² level (1/kg), platform deviation "
+        "from the rigid run (m, max), constraint violation (m or rad, max), statuses",
+    ]
+    for level in mc["per_level"]:
+        statuses = ", ".join(f"{count} {name}" for name, count in level["statuses"].items() if count)
+        lines.append(
+            f"    {level['sigma2_level_per_kg']:8.0e}  {level['platform_position_deviation_m']['max']:9.2e}  "
+            f"{level['max_position_violation_m']['max']:9.2e}  {statuses}"
+        )
+    check = mc["compliant_joint_check"]
+    lines.append(
+        f"  joint deflection / quasi-static spring prediction Rλ/β²: median {check['ratio_median']:.2f} "
+        f"(range {check['ratio_min']:.2f} ... {check['ratio_max']:.2f})"
+    )
+    print("\n".join(lines))

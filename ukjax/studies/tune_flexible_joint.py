@@ -34,24 +34,31 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import flexible_joint as model
 from ukjax.simulation import simulate_batch
-from ukjax.studies._common import first_time_below, save_figure, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    first_time_below,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = (
     "P and motor gains of the flexible-joint manipulator (Udwadia-Kalaba review §8.3, eq. 72): "
     "|β| < 1e-3 fastest under a torque limit"
 )
+PAPER_DEFAULTS = {"--tolerance": "UK review, Chin. J. Mech. Eng., §8.3: |β| below 1e-3"}
 PERTURBED = ("m1", "m2", "I1", "I2", "J11", "J22")
 SOFTNESS = 0.25
 PEAK_POWER = 64.0  # power mean over ~800 values: >= 0.9 of the true peak
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_flexible_joint", help="output folder")
+    add_output_arguments(parser, "tune_flexible_joint")
     parser.add_argument("--train-scenarios", type=int, default=8, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=32, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=4.0, help="span (s)")
     parser.add_argument("--dt", type=float, default=1e-2, help="fixed Tsit5 step (s)")
-    parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level to reach")
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level (rad/s) to reach")
     parser.add_argument("--u-max", type=float, default=1000.0, help="motor torque limit (N m)")
     parser.add_argument("--limit-weight", type=float, default=1e-4, help="weight of the limit penalty")
     parser.add_argument("--steps", type=int, default=25, help="optimizer steps")
@@ -127,8 +134,7 @@ def _public(score):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     system = model.system()
     bounds = tune.baumgarte_gain_bounds(diffrax.Tsit5(), args.dt, form="quadratic", safety=0.5)
     p = model.default_params()
@@ -214,10 +220,10 @@ def _figures(out, result, before, after, args):
     steps = [r["step"] for r in history]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     axes[0].plot(steps, [r["loss"] for r in history])
-    axes[0].set(xlabel="step", ylabel="training loss", title="Area of ln|β| above ln tol + penalty")
+    axes[0].set(xlabel="step", ylabel="training loss J (s)", title="Area of ln|β| above ln tol + penalty")
     for name in ("P", "alpha_motor", "beta_motor"):
         axes[1].semilogy(steps, [np.ravel(r["values"][name])[0] for r in history], label=name)
-    axes[1].set(xlabel="step", title="P (s), α_m, β_m (1/s)")
+    axes[1].set(xlabel="step", ylabel="P (s); α_m, β_m (1/s)", title="Tuned values")
     axes[1].legend(fontsize=8)
     files.append(save_figure(fig, out / "loss_and_gains.png"))
 

@@ -39,19 +39,20 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = (
     "Baumgarte gains of the SCARA (Xu & Liu 2017, eq. 52) tuned over a Monte-Carlo batch; "
     "gradient tuner vs 32 x 32 grid vs random search"
 )
+PAPER_DEFAULTS = {"--alpha0": "Xu & Liu 2017, eq. 52-54", "--beta0": "Xu & Liu 2017, eq. 52-54"}
 PATH_ROWS = (0, 1, 3)  # x, y, z rows of φ (eq. 48); row 2 is the orientation
 TORQUE_ROWS = (0, 1, 2)  # revolute joints
 TAIL = 0.8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_scara", help="output folder")
+    add_output_arguments(parser, "tune_scara")
     parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=256, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=2.0, help="span of the objective (s)")
@@ -61,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=90, help="gradient-tuner steps")
     parser.add_argument("--learning-rate", type=float, default=0.3, help="Adam step in log-gains")
     parser.add_argument("--grid", type=int, default=32, help="grid points per gain (N x N grid)")
-    parser.add_argument("--alpha0", type=float, default=0.5, help="initial α (paper)")
-    parser.add_argument("--beta0", type=float, default=200.0, help="initial β (paper)")
+    parser.add_argument("--alpha0", type=float, default=0.5, help="initial α (1/s)")
+    parser.add_argument("--beta0", type=float, default=200.0, help="initial β (1/s²)")
     parser.add_argument("--seed", type=int, default=0, help="seed of batches and random search")
     parser.add_argument("--chunk", type=int, default=16, help="gain pairs per compiled grid/random call")
     parser.add_argument("--skip-baselines", action="store_true", help="only the gradient tuner")
@@ -169,8 +170,7 @@ def _stats(values, ok):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     if args.train_scenarios < 1 or args.heldout_scenarios < 1 or args.grid < 2 or args.steps < 1:
         raise ValueError("--train-scenarios, --heldout-scenarios and --steps must be positive, --grid >= 2")
     system = model.system()
@@ -361,7 +361,7 @@ def run(args) -> dict:
 
 
 def _print(rows, tail, comparison):
-    header = ("contender", "alpha", "beta", "train loss", "held-out", "sims", "wall s", "cpu s")
+    header = ("contender", "α (1/s)", "β (1/s²)", "train J", "held-out J", "sims", "wall s", "cpu s")
     print("".join(f"{h:<10}" if k == 0 else f"{h:>12}" for k, h in enumerate(header)))
     for name, r in rows.items():
         print(
@@ -369,6 +369,7 @@ def _print(rows, tail, comparison):
             f"{r['heldout_loss']:>12.4e}{r.get('simulations', 0):>12}{r.get('wall_s', 0.0):>12.1f}"
             f"{r.get('cpu_s', 0.0):>12.1f}"
         )
+    print("(J: mean over the batch of ∫|e|² dt + w · peak constraint torque, in m² s)")
     for key in ("paper_gains", "tuned_gains"):
         s = tail[key]["tail_path_error_m"]
         print(f"tail path error, {key}: median {s['median']:.3e} m, 95th percentile {s['p95']:.3e} m")
@@ -390,13 +391,13 @@ def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, afte
     steps = [r["step"] for r in history]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     axes[0].semilogy(steps, [r["loss"] for r in history])
-    axes[0].set(xlabel="step", ylabel="training loss", title="Loss")
+    axes[0].set(xlabel="step", ylabel="training loss J (m² s)", title="Loss")
     axes[1].semilogy(steps, [r["values"]["alpha"] for r in history], label="α")
     axes[1].semilogy(steps, [r["values"]["beta"] for r in history], label="β")
-    axes[1].set(xlabel="step", title="Gains (Xu & Liu 2017, eq. 52)")
+    axes[1].set(xlabel="step", ylabel="α (1/s), β (1/s²)", title="Gains (Xu & Liu 2017, eq. 52)")
     axes[1].legend()
     axes[2].semilogy(steps, [r["grad_norm"] for r in history])
-    axes[2].set(xlabel="step", ylabel="‖∂loss/∂(log α, log β)‖", title="Gradient norm")
+    axes[2].set(xlabel="step", ylabel="‖∂J/∂(log α, log β)‖ (m² s)", title="Gradient norm")
     files.append(save_figure(fig, out / "loss_and_gains.png"))
 
     if grid_axes is not None and grid_loss is not None:
@@ -407,7 +408,7 @@ def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, afte
         finite = z[np.isfinite(z)]
         vmax = np.percentile(finite, 90) if finite.size else None
         mesh = ax.pcolormesh(alphas, betas, z.T, shading="nearest", cmap="viridis", vmax=vmax)
-        fig.colorbar(mesh, ax=ax, label="log10 training loss (clipped at the 90th percentile)")
+        fig.colorbar(mesh, ax=ax, label="log10 training loss J (J in m² s; clipped at the 90th percentile)")
         path = np.array([[r["values"]["alpha"], r["values"]["beta"]] for r in history if r["accepted"]])
         ax.plot(path[:, 0], path[:, 1], "w.-", lw=1, ms=3, label="gradient tuner")
         if random_pairs is not None:

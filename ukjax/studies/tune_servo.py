@@ -28,17 +28,18 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import simulate_batch
-from ukjax.studies._common import save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
 
 DESCRIPTION = (
     "servo gains of the two-mass spring (Liu et al. 2015, §IV) under |F| <= F_max: tracking error vs "
     "peak |F| trade-off"
 )
+PAPER_DEFAULTS: dict[str, str] = {}  # Liu et al. 2015 print no gains, masses or limits for §IV
 PERTURBED = ("m1", "m2", "k")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="ukjax-results/tune_servo", help="output folder")
+    add_output_arguments(parser, "tune_servo")
     parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
     parser.add_argument("--heldout-scenarios", type=int, default=128, help="held-out batch size")
     parser.add_argument("--t1", type=float, default=3.0, help="span (s)")
@@ -109,8 +110,7 @@ def _score(system, space, batch, options, u_max):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     system = model.system()
     bounds = tune.baumgarte_gain_bounds(diffrax.Tsit5(), args.dt, form="quadratic", safety=0.5)
     p = model.default_params()
@@ -193,7 +193,8 @@ def run(args) -> dict:
         "figures": figures,
     }
     write_json(out / "metrics.json", metrics)
-    print(f"{'w_u':>8}{'alpha':>10}{'beta':>10}{'∫φ² (held-out)':>16}{'max |F|':>10}{'over limit':>12}")
+    print(f"{'w_u':>8}{'α (1/s)':>10}{'β (1/s)':>10}{'∫φ² m² s':>16}{'max |F| N':>10}{'over limit':>12}")
+    print("(∫φ²: held-out mean; max |F|: over the held-out batch; over limit: fraction of scenarios)")
     b = before
     print(
         f"{'initial':>8}{float(p['alpha']):>10.3f}{float(p['beta']):>10.3f}{b['tracking_mean']:>16.4e}"
@@ -259,9 +260,9 @@ def _figures(out, fits, curve, grid, before, args):
         axes[0].semilogy(steps, [r["loss"] for r in result.history], label=f"w={w:g}")
         axes[1].semilogy(steps, [r["values"]["alpha"] for r in result.history], label=f"α, w={w:g}")
         axes[2].semilogy(steps, [r["values"]["beta"] for r in result.history], label=f"β, w={w:g}")
-    axes[0].set(xlabel="step", ylabel="training loss", title="Loss")
-    axes[1].set(xlabel="step", title="α (1/s)")
-    axes[2].set(xlabel="step", title="β (1/s)")
+    axes[0].set(xlabel="step", ylabel="training loss J (m² s)", title="Loss")
+    axes[1].set(xlabel="step", ylabel="α (1/s)", title="Servo gain α")
+    axes[2].set(xlabel="step", ylabel="β (1/s)", title="Servo gain β")
     for ax in axes:
         ax.legend(fontsize=6)
     files.append(save_figure(fig, out / "loss_and_gains.png"))
@@ -269,7 +270,7 @@ def _figures(out, fits, curve, grid, before, args):
     (la, lb), values = grid
     fig, ax = plt.subplots(figsize=(6.2, 5))
     mesh = ax.pcolormesh(np.exp(la), np.exp(lb), np.log10(values).T, shading="nearest", cmap="viridis")
-    fig.colorbar(mesh, ax=ax, label="log10 training loss")
+    fig.colorbar(mesh, ax=ax, label="log10 training loss J (J in m² s)")
     result = fits[args.weights[0]][0]
     path = np.array([[r["values"]["alpha"], r["values"]["beta"]] for r in result.history if r["accepted"]])
     ax.plot(path[:, 0], path[:, 1], "w.-", ms=3, label=f"Adam path, w_u = {args.weights[0]:g}")

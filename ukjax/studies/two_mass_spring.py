@@ -20,14 +20,25 @@ import numpy as np
 
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import add_integrator_arguments, integrator_record, save_figure, write_json
+from ukjax.studies._common import (
+    add_integrator_arguments,
+    add_output_arguments,
+    integrator_record,
+    prepare_output,
+    save_figure,
+    status_name,
+    write_json,
+)
 
-DESCRIPTION = "seed 000 §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"
+DESCRIPTION = (
+    "Liu et al. 2015, §IV: underactuated two-mass spring; control F vs closed form eq. 47, Baumgarte decay"
+)
+PAPER_DEFAULTS: dict[str, str] = {}  # Liu et al. 2015 print no masses, stiffness, length or gains for §IV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = model.default_params()
-    parser.add_argument("--out", default="results/two_mass_spring", help="output folder")
+    add_output_arguments(parser, "two_mass_spring")
     for name, text in (
         ("m1", "mass m1 (kg)"),
         ("m2", "mass m2 (kg)"),
@@ -37,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("beta", "Baumgarte β (1/s)"),
     ):
         parser.add_argument(
-            f"--{name}", type=float, default=float(d[name]), help=f"{text}; seed 000 gives none"
+            f"--{name}", type=float, default=float(d[name]), help=f"{text}; Liu et al. 2015 give none"
         )
     parser.add_argument("--offset", type=float, default=0.2, help="initial violation of x2 - x1 = 2l (m)")
     parser.add_argument(
@@ -64,7 +75,9 @@ def _figures(out: Path, sols, F_closed, phi_closed, labels):
         axes[2].semilogy(ts, err, label=f"|x2 - x1 - 2l|, {label}")
     axes[2].semilogy(ts, np.maximum(np.abs(phi_closed), 1e-18), "k:", lw=1, label="closed form (α = β)")
     axes[1].plot([], [], "k:", label="closed form eq. 47 (+ Baumgarte terms)")
-    axes[0].set(ylabel="position (m)", title="Two-mass spring, servo constraint x2 - x1 = 2l (seed 000 §IV)")
+    axes[0].set(
+        ylabel="position (m)", title="Two-mass spring, servo constraint x2 - x1 = 2l (Liu et al. 2015, §IV)"
+    )
     axes[1].set(ylabel="control F (N)")
     axes[2].set(xlabel="t (s)", ylabel="servo constraint error (m)")
     for ax in axes:
@@ -73,8 +86,7 @@ def _figures(out: Path, sols, F_closed, phi_closed, labels):
 
 
 def run(args) -> dict:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output(args.out, overwrite=args.overwrite)
     params = {k: jnp.asarray(getattr(args, k), jnp.float64) for k in ("m1", "m2", "k", "l", "alpha", "beta")}
     system = model.system()
     starts = [
@@ -98,7 +110,7 @@ def run(args) -> dict:
     phi = np.asarray(sols.servo_residual[:, :, 0])
     u = np.asarray(sols.u[:, :, 0])
     metrics = {
-        "paper": "Liu et al. 2015 (seed 000) §IV, eq. 36-47",
+        "paper": "Liu et al. 2015, §IV, eq. 36-47",
         "params": {k: float(v) for k, v in params.items()},
         "integrator": integrator_record(args),
         "wall_seconds_including_compile": wall,
@@ -121,4 +133,20 @@ def run(args) -> dict:
     }
     _figures(out, sols, F_closed, phi_closed, labels)
     write_json(out / "metrics.json", metrics)
+    _print_summary(metrics, args)
     return metrics
+
+
+def _print_summary(m: dict, args) -> None:
+    good, bad = m["compatible_start"], m["incompatible_start"]
+    print(
+        f"two-mass spring (Liu et al. 2015, §IV), t1 = {args.t1:g} s, Tsit5 adaptive, rtol {args.rtol:g}, "
+        f"atol {args.atol:g}\n"
+        f"  compatible start: {status_name(good['status'])}; control F against eq. 47: max |F - F_eq47| = "
+        f"{good['max_abs_F_minus_eq47']:.2e} N (max |F| {good['max_abs_F']:.3g} N); max |servo error| = "
+        f"{good['max_abs_servo_constraint_error']:.2e} m\n"
+        f"  start off by {args.offset:g} m: {status_name(bad['status'])}; servo error {args.offset:g} -> "
+        f"{bad['final_servo_constraint_error']:.2e} m at t1; |φ - closed-form decay| <= "
+        f"{bad['max_abs_phi_minus_closed_form_decay']:.2e} m; |F - closed form with Baumgarte terms| <= "
+        f"{bad['max_abs_F_minus_closed_form_with_baumgarte']:.2e} N"
+    )
