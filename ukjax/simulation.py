@@ -114,9 +114,9 @@ _MESSAGES = {
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
     "field is non-finite or singular near the last accepted state",
     RESULTS.constraint_violated: "the constraints did not hold: the scaled position or velocity residual "
-    "(Solution.position_violation / velocity_violation) exceeded constraint_rtol at the last saved time, or "
-    "grew above both constraint_rtol and its value at the first saved time; stabilize (Baumgarte), shorten "
-    "the step, or check that the constraints are compatible",
+    "(Solution.position_violation / velocity_violation) exceeded constraint_rtol at the last saved time, or, "
+    "for a start on the constraints, at any saved time; stabilize (Baumgarte), shorten the step, or check "
+    "that the constraints are compatible",
 }
 _MESSAGE_LIST = tuple(_MESSAGES[code] for code in RESULTS)
 COMPLETED = tuple(
@@ -425,9 +425,13 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     return out
 
 
-def _violated(violation, tol):
-    """The constraints did not hold: above tol at the last saved time, or grown above tol and the start."""
-    return (violation[-1] > tol) | jnp.any(violation > jnp.maximum(tol, violation[0]))
+def _violated(position, velocity, tol):
+    """The constraints did not hold: above tol at the last saved time, or, for a start on the constraints,
+    at any saved time."""
+    start_on = (position[0] <= tol) & (velocity[0] <= tol)
+    end_off = (position[-1] > tol) | (velocity[-1] > tol)
+    anywhere_off = jnp.any(position > tol) | jnp.any(velocity > tol)
+    return end_off | (start_on & anywhere_off)
 
 
 def _status(result, start_bad, diag, tol):
@@ -436,7 +440,7 @@ def _status(result, start_bad, diag, tol):
     # A non-finite acceleration at a state the integrator reached (finite q, q̇) is nonfinite_state even when
     # the adaptive controller reported it as a step-size collapse.
     acceleration_bad = jnp.any(diag["state_finite"] & ~jnp.isfinite(diag["qdd"]).all(axis=-1))
-    violated = _violated(diag["position_violation"], tol) | _violated(diag["velocity_violation"], tol)
+    violated = _violated(diag["position_violation"], diag["velocity_violation"], tol)
     checks = [
         (start_bad | (result == R.event_occurred) | acceleration_bad, RESULTS.nonfinite_state),
         (result == R.max_steps_reached, RESULTS.max_steps_reached),
@@ -835,10 +839,11 @@ def simulate(
         consistency_rtol: status ``inconsistent_constraints`` when ‖A q̈ - b‖ > consistency_rtol (1 + ‖b‖)
             at any saved time; ``None``: ``DEFAULT_CONSISTENCY_RTOL`` (float64), √eps (float32).
         constraint_rtol: status ``constraint_violated`` when the scaled position or velocity residual
-            (``Solution.position_violation``, ``velocity_violation``) exceeds it at the last saved time, or
-            anywhere exceeds both it and its value at the first saved time (a start off the constraints is
-            allowed if the motion does not drift further off). ``None``: ``DEFAULT_CONSTRAINT_RTOL``
-            (float64), 1e4 eps (float32).
+            (``Solution.position_violation``, ``velocity_violation``) exceeds it at the last saved time;
+            for a start on the constraints (both below it at the first saved time), also at any other saved
+            time. A start off the constraints (as in Xu & Liu 2017) is judged by where it ends, since the
+            Baumgarte transient that pulls it back passes through larger residuals, above all in velocity.
+            ``None``: ``DEFAULT_CONSTRAINT_RTOL`` (float64), 1e4 eps (float32).
         adjoint: a diffrax adjoint for reverse-mode derivatives. ``None``: for a fixed step with known span,
             ``diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps)``: every step's state is kept and
             the backward pass recomputes each step once (memory = the trajectory's states, time ≈ forward +
