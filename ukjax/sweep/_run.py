@@ -337,15 +337,18 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         s, start, end = plan.chunk(c)
         _, number_options = integrator_options(spec, plan, s)
         numbers = _numbers(number_options, dtype)
-        if s not in compiled:
+        program = _program_of(spec, plan, s)
+        if program not in compiled:
             tic = time.perf_counter()
-            compiled[s] = _compiled(spec, plan, model, s, mesh, user, numbers)
+            compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers)
             compile_s += time.perf_counter() - tic
-            if compiled[s].lapack_fallback:
-                one_device[s] = sorted(compiled[s].lapack_fallback)
-        function, used = compiled[s].function, compiled[s].mesh
+        function, used, fallback = compiled[program]
+        if fallback:
+            one_device[s] = sorted(fallback)
         padded = -(-plan.chunk_size // used.size) * used.size
-        indices = np.minimum(np.arange(start, start + padded), end - 1).astype(index_dtype)
+        indices = np.minimum(np.arange(start, start + padded), end - 1)
+        # sub-sweep s runs the program of sub-sweep `program` (same static options) at that one's indices
+        indices = (indices - (s - program) * plan.per_subsweep).astype(index_dtype)
         result = function(jax.device_put(indices, NamedSharding(used, P(AXIS))), numbers)
         if pending is not None:
             _finish(plan, out, bar, *pending)
@@ -354,6 +357,19 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         _finish(plan, out, bar, *pending)
     bar.close()
     return compile_s, one_device
+
+
+def _program_of(spec: Spec, plan: Plan, s: int) -> int:
+    """The first sub-sweep whose program is that of sub-sweep ``s``: the same static integrator options
+    (``method``, ``solver``, ``uk_solver``, ``max_steps``); sub-sweeps that differ only in traced numbers
+    (``dt``, ``rtol``, ``pinv_rtol``, ...) share one compile. Their programs differ only in the index offset
+    of the sub-sweep, so sub-sweep ``s`` runs at indices shifted by ``(s - program) * per_subsweep``."""
+
+    def program(k):
+        static, numbers = integrator_options(spec, plan, k)
+        return static, sorted(name for name, value in numbers.items() if value is None)
+
+    return next(k for k in range(s + 1) if program(k) == program(s))
 
 
 class _Compiled(NamedTuple):
