@@ -345,8 +345,10 @@ def test_rows_match_an_independent_simulation(reference):
 # ---------------------------------------------------------------------------------------- invariance
 def test_same_table_for_chunks_of_64_and_256(reference, tmp_path):
     _, table = reference
+    compiled = len(_run._COMPILED)
     summary = sweep.run({**SPEC, "chunk_size": 256}, out=tmp_path, devices=1, progress=False)
     assert summary.chunks_total == 2
+    assert len(_run._COMPILED) == compiled + 1  # the two dt sub-sweeps share one program (dt is traced)
     assert_same_table(sweep.load(tmp_path), table)
 
 
