@@ -20,8 +20,8 @@
   that same pool; once every pool thread is a device program blocked in such a call, the pieces they wait
   for can never run, and the sweep hangs at 0 % CPU (native stacks of a hung SCARA sweep on 2 devices:
   ``benchmarks/results/sweep-hang-stacks.txt``). So a sub-sweep whose lowered program calls a LAPACK kernel
-  (:func:`lapack_calls`) runs on one device when the devices are CPUs, with a warning: the same table, and
-  on a CPU one device already uses every core.
+  (:func:`lapack_calls`) runs on one device when the devices are CPUs, with a warning: the same table, at the
+  throughput of one device (simulated CPU devices share the machine's cores anyway).
 """
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ def _compiled(spec, plan, model, s, mesh, user, numbers) -> _Compiled:
                 f"sweep {spec.name}: the program{where} calls jaxlib's batched LAPACK kernels "
                 f"({', '.join(sorted(lapack))}), which can deadlock when {mesh.size} CPU devices run them at "
                 "once on one thread pool (jaxlib 0.10, jax::ParallelBatchMap); running it on one CPU device "
-                "instead (the same results; on a CPU one device already uses every core)",
+                "instead (the same results, at the throughput of one device)",
                 RuntimeWarning,
                 stacklevel=4,
             )
