@@ -1,5 +1,6 @@
 """ukjax.sweep: the table does not depend on chunk size, device count or process count; a killed run resumes
-to the same table; bad specs are refused before compiling; draws follow their distributions; report; CLI.
+to the same table; bad specs are refused before compiling; draws follow their distributions; report; CLI;
+the SCARA on 4 simulated devices finishes (it hung in jaxlib's batched LAPACK before) with the same table.
 
 All on a tiny model (tests/sweep_models.py, given as ``module:function`` the way a user gives their own): a
 Cartesian pendulum, Heun fixed step, 512 scenarios. Several devices are simulated in a subprocess
@@ -23,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pyarrow.parquet as pq
@@ -67,6 +69,30 @@ user = { energy_drift = "sweep_models:energy_drift" }
 """
 SPEC = tomllib.loads(SPEC_TOML)
 TOTAL = 100 * 2 * 2
+
+SCARA_TOML = """
+name = "scara_devices"
+model = "scara"
+scenarios = 32
+chunk_size = 32
+seed = 3
+
+[integrator]
+t1 = 0.25
+dt = 5e-3
+solver = "Tsit5"
+max_steps = 51
+num_saves = 101   # 8 scenarios x 101 saved times per device: enough for the old per-save SVD to hang
+
+[vary]
+"integrator.method" = { dist = "grid", values = ["cholesky", "svd"] }   # svd calls LAPACK (gesdd, syevd)
+"params.m1" = { dist = "relative", spread = 0.05 }
+"params.l1" = { dist = "relative", spread = 0.05 }
+"params.Iz2" = { dist = "relative", spread = 0.05 }
+"q0[0]" = { dist = "normal", std = 0.017453292519943295 }
+"qd0" = { dist = "relative", spread = 0.01 }
+"""
+SCARA = tomllib.loads(SCARA_TOML)
 TIMEOUT = 600  # a hung subprocess fails the test instead of freezing CI
 
 
@@ -103,6 +129,7 @@ def _free_port() -> int:
 def spec_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("spec") / "sweep_pendulum.toml"
     path.write_text(SPEC_TOML)
+    path.with_name("sweep_scara_devices.toml").write_text(SCARA_TOML)
     return path
 
 
@@ -114,6 +141,15 @@ def background(spec_file, tmp_path_factory):
     jobs["devices4"] = [
         subprocess.Popen(
             _cli(spec_file, root / "devices4"),
+            env=_env(4),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    ]
+    jobs["scara4"] = [
+        subprocess.Popen(
+            _cli(spec_file.with_name("sweep_scara_devices.toml"), root / "scara4"),
             env=_env(4),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -309,8 +345,10 @@ def test_rows_match_an_independent_simulation(reference):
 # ---------------------------------------------------------------------------------------- invariance
 def test_same_table_for_chunks_of_64_and_256(reference, tmp_path):
     _, table = reference
+    compiled = len(_run._COMPILED)
     summary = sweep.run({**SPEC, "chunk_size": 256}, out=tmp_path, devices=1, progress=False)
     assert summary.chunks_total == 2
+    assert len(_run._COMPILED) == compiled + 1  # the two dt sub-sweeps share one program (dt is traced)
     assert_same_table(sweep.load(tmp_path), table)
 
 
@@ -328,6 +366,60 @@ def test_same_table_from_two_processes(reference, background):
     manifest = json.loads((root / "processes2" / "manifest.json").read_text())
     assert manifest["runs"][-1]["processes"] == 2 and manifest["runs"][-1]["chunks_written_by_process_0"] == 4
     assert_same_table(sweep.load(root / "processes2"), reference[1])
+
+
+def test_scara_same_table_on_4_devices(background, tmp_path):
+    """The SCARA sweep finishes on 4 simulated CPU devices (a subprocess under TIMEOUT: a hang fails the
+    test) with the table of one device.
+
+    Sub-sweep 0 (Cholesky form, the default) calls no LAPACK kernel and runs sharded over the 4 devices; its
+    rows equal a one-device run in this process (tolerance of assert_same_table). Sub-sweep 1 (reference
+    form, SVD pseudoinverse) calls batched LAPACK kernels, which can deadlock when several CPU devices run
+    them at once (jaxlib 0.10; ukjax/sweep/_run.py), so the sweep runs it on one device and says so; its rows
+    equal the Cholesky rows to 1e-10 of max(1, the column's magnitude) (two forms of the UK equation: they
+    agree here to 4e-14, the rest is room for rounding).
+
+    Against the code that hung (Solution.consistency by an SVD at every saved time, commit 0534cb2) this
+    4-device run sat idle in jax::ParallelBatchMap (benchmarks/results/sweep-hang-stacks.txt, run 2)."""
+    root, jobs = background
+    (output,) = _finish(jobs["scara4"])
+    assert "on 4 cpu device(s)" in output and "running it on one CPU device" in output, output
+    manifest = json.loads((root / "scara4" / "manifest.json").read_text())
+    one_device = manifest["runs"][-1]["one_device_subsweeps"]
+    assert list(one_device) == ["1"] and "lapack_dgesdd_ffi" in one_device["1"], one_device
+    four = sweep.load(root / "scara4")
+    method = np.array(four.column("integrator.method").to_pylist())
+    assert list(method) == ["cholesky"] * 32 + ["svd"] * 32
+    # every scenario ran to t1 (the SCARA starts off its constraints; in 0.25 s |φ| has not settled below the
+    # default constraint_rtol, so most report constraint_violated: a completed run, metrics kept)
+    assert set(four.column("status_name").to_pylist()) <= {"success", "constraint_violated"}
+
+    cholesky_only = {**SCARA, "vary": {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"}}
+    summary = sweep.run(cholesky_only, out=tmp_path, devices=1, progress=False)
+    assert summary.complete and summary.scenarios_written == 32
+    first = four.filter(method == "cholesky").drop_columns(["integrator.method"])
+    assert_same_table(first, sweep.load(tmp_path))
+
+    svd = four.filter(method == "svd")
+    for name in first.column_names:
+        x = first.column(name).to_numpy(zero_copy_only=False)
+        y = svd.column(name).to_numpy(zero_copy_only=False)
+        if name == "index":
+            np.testing.assert_array_equal(y, x + 32)
+        elif np.issubdtype(x.dtype, np.floating):
+            assert np.all(np.isfinite(x)), name
+            np.testing.assert_allclose(y, x, rtol=0, atol=1e-10 * max(np.abs(x).max(), 1.0), err_msg=name)
+
+
+def test_lapack_calls_are_found_in_the_lowered_program():
+    """The check behind the one-device fallback: jaxlib's LAPACK custom calls in the lowered program, and
+    only on several CPU devices."""
+    x = jnp.eye(3)
+    assert _run.lapack_calls(jax.jit(jnp.linalg.svd).lower(x)) == {"lapack_dgesdd_ffi"}
+    assert _run.lapack_calls(jax.jit(jnp.linalg.eigh).lower(x)) == {"lapack_dsyevd_ffi"}
+    assert _run.lapack_calls(jax.jit(lambda a: a @ a).lower(x)) == set()
+    one = _run._local_mesh(1)
+    assert not _run._blocks_on_cpu_pool(one, {"lapack_dgesdd_ffi"})
 
 
 def test_killed_run_resumes_to_the_same_table(reference, spec_file, tmp_path):

@@ -13,6 +13,15 @@
 * **Resume.** A chunk whose Parquet file exists is skipped; files are written atomically, so a killed run
   loses at most the chunks in flight. Resuming needs the same spec (checked by a fingerprint in the manifest).
 * Chunk results are fetched and written while the next chunk computes (JAX dispatches asynchronously).
+* **Batched LAPACK on several CPU devices.** jaxlib 0.10's CPU LAPACK kernels (``lapack_*_ffi``: SVD, eigh,
+  Cholesky, LU, QR, triangular solves) split a large enough batch (batch x cost >= 2e5 flop) over XLA:CPU's
+  intra-op thread pool (one thread per core) and block the calling thread until the pieces are done
+  (``jax::ParallelBatchMap``). With several simulated CPU devices each device's program runs on a thread of
+  that same pool; once every pool thread is a device program blocked in such a call, the pieces they wait
+  for can never run, and the sweep hangs at 0 % CPU (native stacks of a hung SCARA sweep on 2 devices:
+  ``benchmarks/results/sweep-hang-stacks.txt``). So a sub-sweep whose lowered program calls a LAPACK kernel
+  (:func:`lapack_calls`) runs on one device when the devices are CPUs, with a warning: the same table, at the
+  throughput of one device (simulated CPU devices share the machine's cores anyway).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import os
 import re
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +45,14 @@ from ukjax.simulation import RESULTS, Solution, simulate_batch
 from ukjax.sweep import _store
 from ukjax.sweep._models import _import, load_model
 from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS, Plan, integrator_options, reducer, scenario_builder
-from ukjax.sweep._spec import Spec, load_spec, nominal_shapes, solver_class, total_scenarios
+from ukjax.sweep._spec import (
+    STATIC_INTEGRATOR,
+    Spec,
+    load_spec,
+    nominal_shapes,
+    solver_class,
+    total_scenarios,
+)
 
 AXIS = "scenarios"
 _STATUS_NAMES = np.array([code.name for code in RESULTS] + ["unknown"])
@@ -134,6 +151,21 @@ def chunk_function(spec: Spec, plan: Plan, model, s: int, mesh: Mesh, user_metri
         per_device, mesh=mesh, in_specs=(P(AXIS), P()), out_specs=P(AXIS), check_vma=False
     )
     return jax.jit(sharded)
+
+
+LAPACK_CALL = re.compile(r"custom_call @(lapack_\w+)")
+"""A jaxlib CPU LAPACK kernel in a lowered (StableHLO) program."""
+
+
+def lapack_calls(lowered) -> set[str]:
+    """The jaxlib LAPACK kernels (``lapack_dgesdd_ffi``, ``lapack_dsyevd_ffi``, ...) that a lowered program
+    calls."""
+    return set(LAPACK_CALL.findall(lowered.as_text()))
+
+
+def _blocks_on_cpu_pool(mesh: Mesh, lapack: set[str]) -> bool:
+    """Several CPU devices would run batched LAPACK kernels at once on one thread pool: may deadlock."""
+    return bool(lapack) and mesh.size > 1 and mesh.devices.flat[0].platform == "cpu"
 
 
 def _prepare(spec, out, devices):
@@ -256,7 +288,7 @@ def run(
             flush=True,
         )
     started = time.perf_counter()
-    compile_s = _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress)
+    compile_s, one_device = _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress)
     run_s = time.perf_counter() - started - compile_s
     _barrier("ukjax-sweep-done")
     complete = len(_store.done_chunks(out)) == plan.num_chunks
@@ -271,6 +303,7 @@ def run(
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "processes": processes,
                 "devices_per_process": mesh.size,
+                "one_device_subsweeps": one_device,
                 "device": str(mesh.devices.flat[0].device_kind),
                 "chunks_written_by_process_0": len(mine),
                 "scenarios_written_by_process_0": scenarios_mine,
@@ -283,15 +316,14 @@ def run(
     return RunSummary(out, plan.total, plan.num_chunks, len(mine), scenarios_mine, compile_s, run_s, complete)
 
 
-def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress) -> float:
-    """Compute and write the chunks ``mine``; returns the time spent compiling."""
+def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress):
+    """Compute and write the chunks ``mine``; returns the time spent compiling and, for each sub-sweep run on
+    one device instead of ``mesh`` (batched LAPACK on CPU devices), the LAPACK kernels it calls."""
     from tqdm.auto import tqdm
 
     dtype = jnp.result_type(float)
-    padded = -(-plan.chunk_size // mesh.size) * mesh.size
-    sharding = NamedSharding(mesh, P(AXIS))
     index_dtype = jnp.result_type(int)
-    compiled, compile_s = {}, 0.0
+    compiled, compile_s, one_device = {}, 0.0, {}
     bar = tqdm(
         total=scenarios_mine,
         unit="scenario",
@@ -305,19 +337,45 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         s, start, end = plan.chunk(c)
         _, number_options = integrator_options(spec, plan, s)
         numbers = _numbers(number_options, dtype)
-        if s not in compiled:
+        program = _program_of(spec, plan, s)
+        if program not in compiled:
             tic = time.perf_counter()
-            compiled[s] = _compiled(spec, plan, model, s, mesh, user, padded, numbers)
+            compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers)
             compile_s += time.perf_counter() - tic
-        indices = np.minimum(np.arange(start, start + padded), end - 1).astype(index_dtype)
-        result = compiled[s](jax.device_put(indices, sharding), numbers)
+        function, used, fallback = compiled[program]
+        if fallback:
+            one_device[s] = sorted(fallback)
+        padded = -(-plan.chunk_size // used.size) * used.size
+        indices = np.minimum(np.arange(start, start + padded), end - 1)
+        # sub-sweep s runs the program of sub-sweep `program` (same static options) at that one's indices
+        indices = (indices - (s - program) * plan.per_subsweep).astype(index_dtype)
+        result = function(jax.device_put(indices, NamedSharding(used, P(AXIS))), numbers)
         if pending is not None:
             _finish(plan, out, bar, *pending)
         pending = (c, s, start, end - start, result)
     if pending is not None:
         _finish(plan, out, bar, *pending)
     bar.close()
-    return compile_s
+    return compile_s, one_device
+
+
+def _program_of(spec: Spec, plan: Plan, s: int) -> int:
+    """The first sub-sweep whose program is that of sub-sweep ``s``: the same static integrator options
+    (``method``, ``solver``, ``uk_solver``, ``max_steps``); sub-sweeps that differ only in traced numbers
+    (``dt``, ``rtol``, ``pinv_rtol``, ...) share one compile. Their programs differ only in the index offset
+    of the sub-sweep, so sub-sweep ``s`` runs at indices shifted by ``(s - program) * per_subsweep``."""
+
+    def program(k):
+        static, numbers = integrator_options(spec, plan, k)
+        return static, sorted(name for name, value in numbers.items() if value is None)
+
+    return next(k for k in range(s + 1) if program(k) == program(s))
+
+
+class _Compiled(NamedTuple):
+    function: object  # the compiled chunk function
+    mesh: Mesh  # the devices it runs on
+    lapack_fallback: set[str]  # LAPACK kernels that made it run on one device instead of several (or empty)
 
 
 _COMPILED: dict = {}
@@ -326,20 +384,42 @@ recompile: keyed by everything the program depends on (the spec's fingerprint co
 integrator, metrics, seed and chunk size)."""
 
 
-def _compiled(spec, plan, model, s, mesh, user, padded, numbers):
+def _lower(spec, plan, model, s, mesh, user, numbers):
+    padded = -(-plan.chunk_size // mesh.size) * mesh.size
+    shape = jax.ShapeDtypeStruct((padded,), jnp.result_type(int), sharding=NamedSharding(mesh, P(AXIS)))
+    return chunk_function(spec, plan, model, s, mesh, user).lower(shape, numbers)
+
+
+def _compiled(spec, plan, model, s, mesh, user, numbers) -> _Compiled:
+    """The compiled chunk function of sub-sweep ``s`` on ``mesh``, or on its first device alone when the
+    program calls batched LAPACK kernels and the devices are CPUs (see the module docstring)."""
     key = (
         spec.fingerprint(),
         plan.chunk_size,
         s,
         tuple(d.id for d in mesh.devices.flat),
-        padded,
         jax.config.jax_enable_x64,
         tuple((k, v.dtype) for k, v in sorted(numbers.items())),
     )
     if key not in _COMPILED:
-        sharding = NamedSharding(mesh, P(AXIS))
-        shape = jax.ShapeDtypeStruct((padded,), jnp.result_type(int), sharding=sharding)
-        _COMPILED[key] = chunk_function(spec, plan, model, s, mesh, user).lower(shape, numbers).compile()
+        lowered = _lower(spec, plan, model, s, mesh, user, numbers)
+        lapack = lapack_calls(lowered)
+        fallback = set()
+        if _blocks_on_cpu_pool(mesh, lapack):
+            fallback = lapack
+            values = {k: v for k, v in plan.integrator_values(s).items() if k in STATIC_INTEGRATOR}
+            where = f" (integrator {values})" if values else ""
+            warnings.warn(
+                f"sweep {spec.name}: the program{where} calls jaxlib's batched LAPACK kernels "
+                f"({', '.join(sorted(lapack))}), which can deadlock when {mesh.size} CPU devices run them at "
+                "once on one thread pool (jaxlib 0.10, jax::ParallelBatchMap); running it on one CPU device "
+                "instead (the same results, at the throughput of one device)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            mesh = Mesh(np.array([mesh.devices.flat[0]]), (AXIS,))
+            lowered = _lower(spec, plan, model, s, mesh, user, numbers)
+        _COMPILED[key] = _Compiled(lowered.compile(), mesh, fallback)
     return _COMPILED[key]
 
 

@@ -109,8 +109,10 @@ def integrator_options(spec: Spec, plan: Plan, s: int) -> tuple[dict, dict]:
     options = dict(spec.integrator)
     options.update(plan.integrator_values(s))
     static = {k: options[k] for k in STATIC_INTEGRATOR}
-    numbers = {k: options[k] for k in ("t0", "t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol",
-                                       "constraint_rtol")}
+    numbers = {
+        k: options[k]
+        for k in ("t0", "t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol", "constraint_rtol")
+    }
     static["num_saves"] = options["num_saves"]
     return static, numbers
 
