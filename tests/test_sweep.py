@@ -394,7 +394,8 @@ def test_scara_same_table_on_4_devices(background, tmp_path):
     # default constraint_rtol, so most report constraint_violated: a completed run, metrics kept)
     assert set(four.column("status_name").to_pylist()) <= {"success", "constraint_violated"}
 
-    cholesky_only = {**SCARA, "vary": {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"}}
+    cholesky_only = {**SCARA, "integrator": {**SCARA["integrator"], "method": "cholesky"},
+                     "vary": {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"}}
     summary = sweep.run(cholesky_only, out=tmp_path, devices=1, progress=False)
     assert summary.complete and summary.scenarios_written == 32
     first = four.filter(method == "cholesky").drop_columns(["integrator.method"])

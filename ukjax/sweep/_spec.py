@@ -16,7 +16,7 @@ Spec fields (TOML, read with :mod:`tomllib`; or the same as a Python dict)::
     solver = "Tsit5"                # any diffrax solver class name
     max_steps = 1001
     num_saves = 101                 # evenly spaced saved times on which metrics are reduced
-    method = "cholesky"             # UK method (ukjax.dynamics.ACCELERATION_METHODS)
+    method = "ldl"                  # UK method (ukjax.dynamics.ACCELERATION_METHODS)
 
     [vary]                          # one distribution per leaf; paths: params.NAME[.NAME...][INDEX], q0, qd0
     "params.m1" = { dist = "relative", spread = 0.05 }          # nominal * (1 + 0.05 U(-1, 1))
@@ -82,7 +82,7 @@ INTEGRATOR_DEFAULTS = {
     "rtol": 1e-8,
     "atol": 1e-8,
     "max_steps": DEFAULT_MAX_STEPS,
-    "method": "cholesky",
+    "method": "ldl",
     "uk_solver": "uk",
     "pinv_rtol": None,
     "consistency_rtol": DEFAULT_CONSISTENCY_RTOL,
