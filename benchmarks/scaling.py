@@ -526,45 +526,53 @@ def main(argv=None):
     load_before, cpu_start, wall_start = os.getloadavg(), _cpu(), time.perf_counter()
     bar = tqdm(total=len(args.sizes) * len(args.families) + len(args.model_sizes or []), unit="size")
     progress = lambda text: tqdm.write(text)
-    rows = []
-    for links in args.sizes:
-        for family in args.families:
-            rows.append(measure_size(links, family, args, progress))
-            bar.update()
-    model_rows = {}
-    for links in args.model_sizes or []:
-        model_rows[links] = model_building(links, args, progress)
-        bar.update()
-    bar.close()
-    table = markdown(rows, model_rows)
-    print(table)
     from ukjax.studies._common import environment
 
     env = environment()
     out = Path(args.out or Path(__file__).parent / "results" / f"scaling-{machine_tag(env)}.json")
-    payload = {
-        "description": "planar chains of k links with the tip pinned once (m = 2) or k times (m = 2k), "
-        f"{args.scenarios} scenarios, fixed step {args.dt} s over {args.span} s, contenders interleaved "
-        f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios); max_tip_error_m at the "
-        "end of the span; ukjax/naive float64, MuJoCo float64 with its default soft constraints",
-        "config": vars(args) | {"out": str(out)},
-        "source": source_state(),
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "cpu_s": _cpu() - cpu_start,
-        "wall_s": time.perf_counter() - wall_start,
-        "rows": rows,
-        "model_building_ns_per_scenario_eval": {str(k): v for k, v in model_rows.items()},
-        "table_markdown": table,
-    }
-    try:
-        import mujoco
+    rows, model_rows = [], {}
 
-        payload["mujoco_version"] = mujoco.__version__
-    except ImportError:
-        pass
-    write_results(out, payload)
-    out.with_suffix(".md").write_text(table)
+    def save(complete: bool) -> dict:
+        """Write the JSON and the markdown table (after every size, so an interrupted run keeps its rows)."""
+        table = markdown(rows, model_rows)
+        payload = {
+            "description": "planar chains of k links with the tip pinned once (m = 2) or k times (m = 2k), "
+            f"{args.scenarios} scenarios, fixed step {args.dt} s over {args.span} s, contenders interleaved "
+            f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios); max_tip_error_m at "
+            "the end of the span; ukjax/naive float64, MuJoCo float64 with its default soft constraints",
+            "complete": complete,
+            "config": vars(args) | {"out": str(out)},
+            "source": source_state(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "cpu_s": _cpu() - cpu_start,
+            "wall_s": time.perf_counter() - wall_start,
+            "rows": rows,
+            "model_building_ns_per_scenario_eval": {str(k): v for k, v in model_rows.items()},
+            "table_markdown": table,
+        }
+        try:
+            import mujoco
+
+            payload["mujoco_version"] = mujoco.__version__
+        except ImportError:
+            pass
+        write_results(out, payload)
+        out.with_suffix(".md").write_text(table)
+        return payload
+
+    for links in args.sizes:
+        for family in args.families:
+            rows.append(measure_size(links, family, args, progress) | {"load_average": os.getloadavg()})
+            save(complete=False)
+            bar.update()
+    for links in args.model_sizes or []:
+        model_rows[links] = model_building(links, args, progress)
+        save(complete=False)
+        bar.update()
+    bar.close()
+    payload = save(complete=True)
+    print(payload["table_markdown"])
     print(
         f"wrote {out} and {out.with_suffix('.md')} (load average before {load_before[0]:.2f}, "
         f"after {os.getloadavg()[0]:.2f})"
