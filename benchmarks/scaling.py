@@ -479,7 +479,7 @@ def ratios(c, other) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8, 16, 32], help="links k (n = k)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[2, 4, 8, 16, 32], help="links k (n = k)")
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--scenarios", type=int, default=256, help="batch size (default %(default)s)")
     parser.add_argument("--span", type=float, default=5.0, help="simulated seconds (default %(default)s)")
@@ -519,7 +519,8 @@ def main(argv=None):
     if args.quick:
         args.sizes, args.scenarios, args.span, args.rounds = [2, 4], 16, 1.0, 2
         args.model_sizes, args.model_batch = [8], 64
-    if args.scenarios < 1 or args.span <= 0 or args.dt <= 0 or args.rounds < 1 or min(args.sizes) < 2:
+    positive = args.scenarios >= 1 and args.span > 0 and args.dt > 0 and args.rounds >= 1
+    if not positive or min(args.sizes, default=2) < 2:
         raise ValueError("--scenarios, --span, --dt, --rounds must be positive and --sizes at least 2")
     from tqdm import tqdm
 
