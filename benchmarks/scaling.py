@@ -347,9 +347,9 @@ def measure_size(links, family, args, progress):
 
 
 # -------------------------------------------------------------------------- model building vs the solve
-def ns_per_eval(f, args, reps):
-    """Nanoseconds per scenario of ``vmap(f)(*args)``, ``reps`` times inside one compiled loop (each pass
-    perturbs the first argument by the previous output, so nothing is hoisted out of the loop)."""
+def eval_loop(f, args, reps):
+    """A compiled program evaluating ``vmap(f)(*args)`` ``reps`` times in a loop (each pass perturbs the first
+    argument by the previous output, so nothing is hoisted out of the loop)."""
     batch = args[0].shape[0]
 
     def loop(*xs):
@@ -364,16 +364,12 @@ def ns_per_eval(f, args, reps):
 
     compiled = jax.jit(loop).lower(*args).compile()
     jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return min(times) / reps / batch * 1e9
+    return lambda: jax.block_until_ready(compiled(*args))
 
 
 def model_building(links, args, progress):
-    """ns per scenario-evaluation of each part of one right-hand side of the pinned chain."""
+    """CPU ns per scenario-evaluation of each part of one right-hand side of the pinned chain (minimum of 5
+    interleaved rounds of the process's CPU time)."""
     params = chain.default_params(links)
     system = chain.system(links)
     old = dataclasses.replace(system, mass_and_force=None)
@@ -410,10 +406,17 @@ def model_building(links, args, progress):
             (q0s, qd0s),
         ),
     }
+    loops = {name: eval_loop(f, xs, args.model_reps) for name, (f, xs) in parts.items()}
+    cpu = {name: [] for name in parts}
+    for _ in range(5):  # interleaved; the process's CPU time is robust to the load of a shared machine
+        for name, run in loops.items():
+            start = _cpu()
+            run()
+            cpu[name].append(_cpu() - start)
     out = {}
-    for name, (f, xs) in parts.items():
-        out[name] = ns_per_eval(f, xs, args.model_reps)
-        progress(f"n={links} model building: {name}: {out[name]:.0f} ns per scenario-evaluation")
+    for name in parts:
+        out[name] = min(cpu[name]) / args.model_reps / args.model_batch * 1e9
+        progress(f"n={links} model building: {name}: {out[name]:.0f} CPU ns per scenario-evaluation")
     return out
 
 
@@ -443,7 +446,7 @@ def markdown(rows, model_rows) -> str:
     if model_rows:
         sizes = list(model_rows)
         lines += [
-            "\n**Model building vs the solve** (pinned chain, ns per scenario per right-hand-side "
+            "\n**Model building vs the solve** (pinned chain, CPU ns per scenario per right-hand-side "
             "evaluation, "
             "vmap)\n",
             "| part | " + " | ".join(f"n = {s}" for s in sizes) + " |",
