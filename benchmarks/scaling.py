@@ -394,7 +394,7 @@ def model_building(links, args, progress):
             (q0s, qd0s),
         ),
         "UK solve from M, Q, A, b (ukjax.uk_acceleration, default method)": (
-            # every input scaled by a traced 1 (not known to XLA), so no factorization is hoisted out of the loop
+            # every input times a traced 1 (unknown to XLA): no factorization is hoisted out of the loop
             lambda one, M, Q, A, b: dynamics.uk_acceleration(one * M, one * Q, one * A, one * b),
             (jnp.ones(len(q0s), q0s.dtype), *MQAb),
         ),
