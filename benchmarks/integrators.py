@@ -100,6 +100,8 @@ def measure(name, args, progress):
         compile_s[solver] = time.perf_counter() - start
         progress(f"{name}: compiled {solver} in {compile_s[solver]:.1f} s")
     reference = jax.jit(integrate(diffrax.Tsit5, args.dt / 4))(q0s, qd0s, params)
+    for fn in compiled.values():  # one untimed call each: the first call of a program is slower
+        jax.block_until_ready(fn(q0s, qd0s, params))
     walls = {s: [] for s in args.solvers}
     cpus = {s: [] for s in args.solvers}
     finals = {}
