@@ -208,6 +208,11 @@ class System(eqx.Module):
         actuation: optional ``B(q, t, p) -> (n, n_u)``, so the control force is ``B u`` (servo control).
         servo_constraints: constraints the controls must enforce (seed 000 §III); unused by passive dynamics.
         kinetic, potential: kept when the system comes from a Lagrangian, for :meth:`energy`.
+        mass_and_force: optional ``(q, qd, t, p) -> (M, Q)``, both in one evaluation (what
+            :meth:`from_lagrangian` builds from one linearization); :meth:`motion` and :meth:`acceleration`
+            use it instead of calling ``mass`` and ``force`` separately. It must agree with them; one built by
+            :meth:`from_lagrangian` records the ``mass`` and ``force`` it agrees with and is ignored once
+            either is replaced (``dataclasses.replace(system, force=...)``), see :meth:`mass_and_given_force`.
         coordinate_names: optional names of the coordinates, for plots and tables.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
         levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
@@ -227,6 +232,7 @@ class System(eqx.Module):
     coordinate_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
     layout: Layout | None = eqx.field(static=True, default=None)
     levels: tuple[Level, ...] | None = eqx.field(static=True, default=None)
+    mass_and_force: Callable[..., Any] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
@@ -299,7 +305,7 @@ class System(eqx.Module):
     def from_lagrangian(
         cls,
         kinetic: Callable[..., Any],
-        potential: Callable[..., Any],
+        potential: Callable[..., Any] | None,
         n: int,
         *,
         applied_force: Callable[..., Any] | None = None,
@@ -310,8 +316,20 @@ class System(eqx.Module):
         Lagrange's equations d/dt ∂L/∂q̇ - ∂L/∂q = Q_a with L = T - V give M q̈ = Q where
         ``M = ∂²T/∂q̇²`` and ``Q = ∂L/∂q - (∂²L/∂q̇∂q) q̇ - ∂²L/∂q̇∂t + Q_a``: Coriolis, centrifugal, gravity
         and (for rheonomic T) transport terms, all by automatic differentiation. T must be at most quadratic
-        in q̇ (true of every mechanical kinetic energy); M is evaluated at q̇ = 0.
+        in q̇ (true of every mechanical kinetic energy), so that ∂²T/∂q̇² does not depend on q̇.
+        ``potential=None`` means V = 0.
+
+        The system's ``mass_and_force`` (used by :meth:`motion`) gives M and Q from ONE linearization of
+        the gradient g(q, q̇, t) = (∂L/∂q, ∂L/∂q̇): one reverse pass gives g, and its linear map (one forward
+        pass, ``jax.linearize``) applied to the n + 1 tangents (0, e_i, 0) and (q̇, 0, 1) gives the columns
+        ∂²L/∂q̇² e_i = M e_i (V has no q̇) and the velocity term (∂²L/∂q̇∂q) q̇ + ∂²L/∂q̇∂t. ``mass`` and
+        ``force`` alone stay separate passes (``jax.hessian`` of T at q̇ = 0; ``jax.grad`` and one JVP),
+        for callers that need only one of them.
         """
+        if potential is None:
+
+            def potential(q, t, p):
+                return jnp.zeros((), jnp.result_type(q))
 
         def lagrangian(q, qd, t, p):
             return kinetic(q, qd, t, p) - potential(q, t, p)
@@ -330,7 +348,33 @@ class System(eqx.Module):
                 Q = Q + applied_force(q, qd, t, p)
             return Q
 
-        return cls(mass=mass, force=force, n=n, kinetic=kinetic, potential=potential, **kwargs)
+        def mass_and_force(q, qd, t, p):
+            dtype = jnp.result_type(q)
+            t = jnp.asarray(t, dtype=dtype)
+            gradient = lambda q_, qd_, t_: jax.grad(lagrangian, argnums=(0, 1))(q_, qd_, t_, p)
+            (dL_dq, _), linear = jax.linearize(gradient, q, qd, t)
+            size = q.shape[0]
+            # tangents (0, e_i, 0), i < n, and (q̇, 0, 1), stacked: one forward pass for all n + 1
+            tangent_q = jnp.concatenate([jnp.zeros((size, size), dtype), qd[None, :]])
+            tangent_qd = jnp.concatenate([jnp.eye(size, dtype=dtype), jnp.zeros((1, size), dtype)])
+            tangent_t = jnp.concatenate([jnp.zeros((size,), dtype), jnp.ones((1,), dtype)])
+            _, d_qd = jax.vmap(linear)(tangent_q, tangent_qd, tangent_t)
+            M = d_qd[:size].T  # column i is (∂²L/∂q̇²) e_i
+            Q = dL_dq - d_qd[size]
+            if applied_force is not None:
+                Q = Q + applied_force(q, qd, t, p)
+            return M, Q
+
+        mass_and_force.agrees_with = (mass, force)
+        return cls(
+            mass=mass,
+            force=force,
+            n=n,
+            kinetic=kinetic,
+            potential=potential,
+            mass_and_force=mass_and_force,
+            **kwargs,
+        )
 
     def with_constraints(self, *constraints, servo_constraints=(), level: str | None = None, clearance=None):
         """The same system with more constraints enforced: the next level of a hierarchy (seed 003 eq. 3.7).
@@ -370,6 +414,24 @@ class System(eqx.Module):
         if Q.shape != (self.n,):
             raise ValueError(f"force(q, qd, t, p) returned shape {Q.shape}; expected ({self.n},)")
         return Q
+
+    def mass_and_given_force(self, q, qd, t, p):
+        """(M, Q) at one state: from ``mass_and_force`` in one evaluation where the system has one that agrees
+        with its ``mass`` and ``force`` (:meth:`from_lagrangian` records which; a user-supplied one without
+        that record is trusted), else :meth:`mass_matrix` and :meth:`given_force`."""
+        joint = self.mass_and_force
+        agrees_with = getattr(joint, "agrees_with", None)
+        if joint is None or (
+            agrees_with is not None and (agrees_with[0] is not self.mass or agrees_with[1] is not self.force)
+        ):
+            return self.mass_matrix(q, t, p), self.given_force(q, qd, t, p)
+        M, Q = (jnp.asarray(x) for x in joint(q, qd, t, p))
+        if M.shape != (self.n, self.n) or Q.shape != (self.n,):
+            raise ValueError(
+                f"mass_and_force(q, qd, t, p) returned shapes {M.shape} and {Q.shape}; expected "
+                f"({self.n}, {self.n}) and ({self.n},)"
+            )
+        return M, Q
 
     def nonideal_vector(self, q, qd, t, p):
         if self.nonideal is None:
@@ -436,8 +498,10 @@ class System(eqx.Module):
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
-        M = self.mass_matrix(q, t, p)
-        Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
+        if force is None:
+            M, Q = self.mass_and_given_force(q, qd, t, p)
+        else:
+            M, Q = self.mass_matrix(q, t, p), jnp.asarray(force)
         c = self.nonideal_vector(q, qd, t, p)
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))

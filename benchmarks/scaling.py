@@ -1,0 +1,593 @@
+"""Scaling with the system's size: ukjax vs a naive JAX implementation vs MuJoCo, on pinned chains of k links.
+
+The family (``ukjax.models.chain``): a planar chain of k uniform links (0.25 m, 0.25 kg each) in joint
+coordinates (n = k), its tip pinned to a fixed point (m = 2 rows), gravity along -y, Baumgarte
+φ̈ + 2αφ̇ + β²φ = 0 with α = β = 10 1/s; consistent initial states (the half-circle configuration, joint rates
+in the null space of the tip Jacobian, 0.5 rad/s spread). The redundantly constrained family pins the tip k
+times (copy j written in a frame turned by πj/k), m = 2k = 2n rows of rank 2, consistent, so the motion is
+the same as with one pin.
+
+Contenders, interleaved in one process (each round runs every contender once; medians over rounds), the same
+scenarios, span and fixed step:
+
+(a) ``ukjax``: :func:`ukjax.simulate_batch` on ``chain.system(k)`` with the diffrax solvers Tsit5 (5th order,
+    6 evaluations per step), Bosh3 (3rd order, 3) and Heun (2nd order, 2), the default UK method.
+(b) ``naive``: written here independently: the chain's Lagrangian in ``jax.numpy``, M = ``jax.hessian`` of T,
+    Q = ∂L/∂q - (∂²L/∂q̇∂q) q̇ by ``jax.grad``/``jax.jacfwd``, A = ``jax.jacfwd`` of φ,
+    b = -(∂(Aq̇)/∂q) q̇ - 2αφ̇ - β²φ, and q̈ = M⁻¹Q + M⁻¹Aᵀ pinv(A M⁻¹Aᵀ)(b - A M⁻¹Q) with
+    ``jnp.linalg.inv`` and ``jnp.linalg.pinv``;
+    ``jit(vmap)`` of a ``lax.scan`` loop of explicit Runge-Kutta steps (classic RK4, 4 evaluations, or
+    diffrax's Tsit5 tableau).
+(c) ``mujoco``: ``mujoco.rollout`` of an MJCF chain of k hinge joints with the same masses and inertias, a
+    ``connect`` equality between a tip site and a world site (k of them for the redundant family), MuJoCo's
+    default soft-constraint parameters, contacts off, integrators RK4 and Euler, one thread (the JAX
+    contenders use the 2 cores as XLA sees fit: the CPU seconds are recorded beside the wall time).
+
+Reported per size and family: cost per step per scenario (µs, median wall time / (steps × scenarios)), compile
+time, CPU seconds per wall second, the largest tip error |φ| = |r_tip - p_tip| (m) over the batch at the end
+of the span (MuJoCo: from the tip site), scenarios whose ukjax status is not success, and the ratios
+naive/ukjax and MuJoCo/ukjax of the per-step cost (above 1: ukjax is faster). Also (``--model-sizes``) the
+cost of building M and Q from the Lagrangian (old: separate passes; new: one linearization), of A and b,
+and of the UK solve.
+
+    python3 benchmarks/scaling.py --quick            # k = 2, 4, few scenarios: a minute or two
+    python3 benchmarks/scaling.py                    # k = 2 ... 32, 256 scenarios, 5 s: long on 2 cores
+    python3 benchmarks/scaling.py --ukjax-only       # re-measure ukjax alone (e.g. after a change)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax import dynamics
+from ukjax.models import chain
+
+ukjax.enable_float64()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+from throughput import machine_tag, source_state  # noqa: E402
+
+UKJAX_SOLVERS = {"tsit5": diffrax.Tsit5, "bosh3": diffrax.Bosh3, "heun": diffrax.Heun}
+FAMILIES = ("pinned", "redundant")
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def copies_of(family: str, links: int) -> int:
+    """How many times the tip is pinned: once, or k times (m = 2k = 2n) for the redundant family."""
+    return 1 if family == "pinned" else links
+
+
+# ------------------------------------------------------------------------------ (b) the naive implementation
+def naive_lagrangian(q, qd, p):
+    """L = T - V of the chain, written out: absolute angles φ = cumsum(q), mass-centre velocities
+    ċ_i = Σ_{j<i} l_j φ̇_j u⊥(φ_j) + (l_i/2) φ̇_i u⊥(φ_i), rod inertias m l²/12."""
+    length, mass = p["length"], p["mass"]
+    phi, phid = jnp.cumsum(q), jnp.cumsum(qd)
+    cos, sin = jnp.cos(phi), jnp.sin(phi)
+    before_y = jnp.cumsum(length * sin) - length * sin  # joint i height
+    cy = before_y + 0.5 * length * sin
+    vx_joint = jnp.cumsum(-length * phid * sin) + length * phid * sin
+    vy_joint = jnp.cumsum(length * phid * cos) - length * phid * cos
+    vx = vx_joint - 0.5 * length * phid * sin
+    vy = vy_joint + 0.5 * length * phid * cos
+    T = 0.5 * jnp.sum(mass * (vx**2 + vy**2)) + 0.5 * jnp.sum(mass * length**2 / 12.0 * phid**2)
+    V = p["g"] * jnp.sum(mass * cy)
+    return T, V
+
+
+def naive_constraint(q, p, frames):
+    phi = jnp.cumsum(q)
+    tip = jnp.stack([jnp.sum(p["length"] * jnp.cos(phi)), jnp.sum(p["length"] * jnp.sin(phi))])
+    return frames @ (tip - p["tip"])
+
+
+def naive_acceleration(q, qd, p, frames):
+    """q̈ = M⁻¹Q + M⁻¹Aᵀ pinv(A M⁻¹Aᵀ)(b - A M⁻¹Q), every term by plain autodiff and jnp.linalg."""
+    T = lambda q_, qd_: naive_lagrangian(q_, qd_, p)[0]
+    L = lambda q_, qd_: (lambda TV: TV[0] - TV[1])(naive_lagrangian(q_, qd_, p))
+    M = jax.hessian(T, argnums=1)(q, qd)
+    mixed = jax.jacfwd(jax.grad(L, argnums=1), argnums=0)(q, qd)
+    Q = jax.grad(L, argnums=0)(q, qd) - mixed @ qd - p["damping"] * qd
+    phi = lambda q_: naive_constraint(q_, p, frames)
+    A = jax.jacfwd(phi)(q)
+    convective = jax.jacfwd(lambda q_: jax.jacfwd(phi)(q_) @ qd)(q) @ qd
+    b = -convective - 2.0 * p["alpha"] * (A @ qd) - p["beta"] ** 2 * phi(q)
+    M_inv = jnp.linalg.inv(M)
+    a = M_inv @ Q
+    return a + M_inv @ A.T @ jnp.linalg.pinv(A @ M_inv @ A.T) @ (b - A @ a)
+
+
+RK4 = {"c": [0.5, 0.5, 1.0], "a": [[0.5], [0.0, 0.5], [0.0, 0.0, 1.0]], "b": [1 / 6, 1 / 3, 1 / 3, 1 / 6]}
+
+
+def tableau(name: str) -> dict:
+    if name == "rk4":
+        return RK4
+    tab = diffrax.Tsit5.tableau
+    return {
+        "c": [float(c) for c in tab.c],
+        "a": [[float(x) for x in row] for row in tab.a_lower],
+        "b": [float(x) for x in tab.b_sol],
+    }
+
+
+def erk_step(f, t, q, qd, dt, tab):
+    """One explicit Runge-Kutta step of q̇ = v, v̇ = f(t, q, v) (every stage evaluated, no FSAL reuse)."""
+    ks = [(qd, f(t, q, qd))]
+    for c, row in zip(tab["c"], tab["a"], strict=True):
+        yq = q + dt * sum(a * kq for a, (kq, _) in zip(row, ks, strict=False) if a)
+        yv = qd + dt * sum(a * kv for a, (_, kv) in zip(row, ks, strict=False) if a)
+        ks.append((yv, f(t + c * dt, yq, yv)))
+    q = q + dt * sum(b * kq for b, (kq, _) in zip(tab["b"], ks, strict=True) if b)
+    qd = qd + dt * sum(b * kv for b, (_, kv) in zip(tab["b"], ks, strict=True) if b)
+    return q, qd
+
+
+def naive_batch(q0, qd0, p, frames, *, steps, dt, tab):
+    f = lambda t, q, qd: naive_acceleration(q, qd, p, frames)
+
+    def one(q, qd):
+        def body(carry, step):
+            return erk_step(f, step * dt, *carry, dt, tab), None
+
+        (q, qd), _ = jax.lax.scan(body, (q, qd), jnp.arange(steps, dtype=q.dtype))
+        return q
+
+    return jax.vmap(one)(q0, qd0)
+
+
+def frames_of(copies: int) -> np.ndarray:
+    rot = lambda a: np.asarray([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    return np.concatenate([rot(math.pi * j / copies) for j in range(copies)])
+
+
+# ------------------------------------------------------------------------------------------------ (c) MuJoCo
+def mjcf(params, copies: int, dt: float, integrator: str) -> str:
+    """The chain in MJCF: nested bodies with z hinges, explicit inertials (rod: m l²/12 about y and z), a tip
+    site, a world site at the pin and ``copies`` connect equalities between them; gravity along -y."""
+    length = np.asarray(params["length"])
+    mass = np.asarray(params["mass"])
+    damping = float(params["damping"])
+    tx, ty = (float(x) for x in np.asarray(params["tip"]))
+    body = ""
+    for i in reversed(range(len(length))):
+        l, m = float(length[i]), float(mass[i])
+        inertia = m * l * l / 12.0
+        pos = "0 0 0" if i == 0 else f"{float(length[i - 1])!r} 0 0"
+        tip = f'<site name="tip" pos="{l!r} 0 0"/>' if i == len(length) - 1 else ""
+        body = (
+            f'<body name="link{i}" pos="{pos}"><joint name="j{i}" type="hinge" axis="0 0 1" '
+            f'damping="{damping!r}"/><inertial pos="{l / 2!r} 0 0" mass="{m!r}" '
+            f'diaginertia="{inertia * 1e-6!r} {inertia!r} {inertia!r}"/>{tip}{body}</body>'
+        )
+    equality = "".join('<connect site1="tip" site2="target"/>' for _ in range(copies))
+    return (
+        f'<mujoco model="chain"><option timestep="{dt!r}" integrator="{integrator}" '
+        f'gravity="0 {-float(params["g"])!r} 0"><flag contact="disable"/></option>'
+        f'<worldbody><site name="target" pos="{tx!r} {ty!r} 0"/>{body}</worldbody>'
+        f"<equality>{equality}</equality></mujoco>"
+    )
+
+
+class MujocoChain:
+    """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
+
+    def __init__(self, params, copies, dt, integrator, q0s, qd0s, steps, threads):
+        import mujoco
+        from mujoco import rollout
+
+        self.mujoco, self.rollout = mujoco, rollout
+        start = time.perf_counter()
+        self.model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
+        self.compile_s = time.perf_counter() - start
+        self.datas = [mujoco.MjData(self.model) for _ in range(threads)]
+        self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        size = mujoco.mj_stateSize(self.model, self.spec)
+        data = self.datas[0]
+        self.initial = np.empty((len(q0s), size))
+        for i, (q, qd) in enumerate(zip(np.asarray(q0s), np.asarray(qd0s), strict=True)):
+            mujoco.mj_resetData(self.model, data)
+            data.qpos[:], data.qvel[:] = q, qd
+            mujoco.mj_getState(self.model, data, self.initial[i], self.spec)
+        self.steps = steps
+        self.out = np.empty((len(q0s), steps, size))
+
+    def run(self):
+        self.rollout.rollout(self.model, self.datas, self.initial, nstep=self.steps, state=self.out)
+        return self.out[:, -1]
+
+    def final(self, states):
+        """(final q (batch, k), tip error |r_tip - p_tip| (batch,) from the tip and target sites)."""
+        mj, data = self.mujoco, self.datas[0]
+        qs, errors = [], []
+        tip, target = (mj.mj_name2id(self.model, mj.mjtObj.mjOBJ_SITE, s) for s in ("tip", "target"))
+        for state in states:
+            mj.mj_setState(self.model, data, state, self.spec)
+            mj.mj_kinematics(self.model, data)
+            qs.append(data.qpos.copy())
+            errors.append(np.linalg.norm(data.site_xpos[tip] - data.site_xpos[target]))
+        return np.stack(qs), np.asarray(errors)
+
+    def accelerations(self, q, qd, *, constrained: bool):
+        """MuJoCo's q̈ at one state (constraints on or off): checks that the MJCF is the same chain."""
+        mj = self.mujoco
+        model, data = self.model, self.mujoco.MjData(self.model)
+        saved = model.opt.disableflags
+        if not constrained:
+            model.opt.disableflags |= int(mj.mjtDisableBit.mjDSBL_EQUALITY)
+        data.qpos[:], data.qvel[:] = np.asarray(q), np.asarray(qd)
+        mj.mj_forward(model, data)
+        model.opt.disableflags = saved
+        return data.qacc.copy()
+
+
+# ------------------------------------------------------------------------------------------------ (a) ukjax
+def ukjax_batch(system, solver, q0, qd0, p, *, t1, dt):
+    sol = ukjax.simulate_batch(system, q0, qd0, p, t1=t1, ts=[t1], dt=dt, solver=solver())
+    return sol.q[:, -1], sol.status
+
+
+# ----------------------------------------------------------------------------------------------- measuring
+def compile_jit(fn, *args):
+    """(compiled, seconds to trace and compile)."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def tip_errors(q, params):
+    return np.asarray(jax.vmap(lambda qi: jnp.linalg.norm(chain.tip(qi, params) - params["tip"]))(q))
+
+
+def model_checks(system, params, frames, q, qd, mujoco_chain):
+    """Relative q̈ differences at the first scenario's initial state: naive vs ukjax; MuJoCo unconstrained vs
+    ukjax unconstrained (the same chain: ~1e-15) and constrained (MuJoCo's soft constraint: a few %)."""
+    qdd = np.asarray(system.acceleration(q, qd, 0.0, params))
+    # relative to max(|q̈|, 1 rad/s²): at k = 2 the pinned chain is a rigid triangle at rest and q̈ = 0
+    rel = lambda x, ref: float(np.max(np.abs(np.asarray(x) - ref)) / max(np.max(np.abs(ref)), 1.0))
+    out = {"naive_vs_ukjax": rel(naive_acceleration(q, qd, params, jnp.asarray(frames)), qdd)}
+    if mujoco_chain is not None:
+        free = dataclasses.replace(system, constraints=())
+        qdd_free = np.asarray(free.acceleration(q, qd, 0.0, params))
+        out["mujoco_unconstrained_vs_ukjax"] = rel(
+            mujoco_chain.accelerations(q, qd, constrained=False), qdd_free
+        )
+        out["mujoco_constrained_vs_ukjax"] = rel(mujoco_chain.accelerations(q, qd, constrained=True), qdd)
+    return out
+
+
+def measure_size(links, family, args, progress):
+    copies = copies_of(family, links)
+    params = chain.default_params(links)
+    system = chain.system(links, copies=copies)
+    q0s, qd0s = chain.scenarios(params, args.scenarios, speed=args.speed, seed=args.seed)
+    steps = int(round(args.span / args.dt))
+    t1 = steps * args.dt
+    frames = frames_of(copies)
+    contenders = {}  # name -> (run() -> final q, status or None; compile_s)
+    for name in args.ukjax_solvers:
+        fn = lambda q0, qd0, p, s=UKJAX_SOLVERS[name]: ukjax_batch(system, s, q0, qd0, p, t1=t1, dt=args.dt)
+        compiled, c_s = compile_jit(fn, q0s, qd0s, params)
+        contenders[f"ukjax_{name}"] = (lambda c=compiled: c(q0s, qd0s, params), c_s)
+        progress(f"k={links} {family}: compiled ukjax {name} in {c_s:.1f} s")
+    if not args.ukjax_only:
+        for name in args.naive_solvers:
+            tab = tableau(name)
+            fn = lambda q0, qd0, p, f, tab=tab: naive_batch(q0, qd0, p, f, steps=steps, dt=args.dt, tab=tab)
+            compiled, c_s = compile_jit(fn, q0s, qd0s, params, jnp.asarray(frames))
+            contenders[f"naive_{name}"] = (
+                lambda c=compiled: (c(q0s, qd0s, params, jnp.asarray(frames)), None),
+                c_s,
+            )
+            progress(f"k={links} {family}: compiled naive {name} in {c_s:.1f} s")
+    mujocos = {}
+    if not args.ukjax_only and args.mujoco_integrators:
+        for integrator in args.mujoco_integrators:
+            mj = MujocoChain(params, copies, args.dt, integrator, q0s, qd0s, steps, args.mujoco_threads)
+            mujocos[f"mujoco_{integrator.lower()}"] = mj
+            contenders[f"mujoco_{integrator.lower()}"] = (lambda mj=mj: (mj.run(), None), mj.compile_s)
+    checks = model_checks(system, params, frames, q0s[0], qd0s[0], next(iter(mujocos.values()), None))
+    for run, _ in contenders.values():  # one untimed call each: the first call of a program is slower
+        jax.block_until_ready(run())
+    walls = {name: [] for name in contenders}
+    cpus = {name: [] for name in contenders}
+    finals = {}
+    for r in range(args.rounds):
+        for name, (run, _) in contenders.items():
+            wall, cpu = time.perf_counter(), _cpu()
+            out = jax.block_until_ready(run())
+            walls[name].append(time.perf_counter() - wall)
+            cpus[name].append(_cpu() - cpu)
+            finals[name] = out
+            progress(f"k={links} {family} round {r + 1}/{args.rounds}: {name} {walls[name][-1]:.2f} s")
+    rows = {}
+    for name in contenders:
+        q_final, status = finals[name]
+        if name.startswith("mujoco_"):
+            _, errors = mujocos[name].final(q_final)
+        else:
+            errors = tip_errors(jnp.asarray(q_final), params)
+        wall = statistics.median(walls[name])
+        rows[name] = {
+            "us_per_step_per_scenario": wall / (steps * args.scenarios) * 1e6,
+            # the process's CPU time (mean over rounds): robust to the load of a shared machine
+            "cpu_us_per_step_per_scenario": statistics.mean(cpus[name]) / (steps * args.scenarios) * 1e6,
+            "compile_s": contenders[name][1],
+            "median_wall_s": wall,
+            "walls_s": walls[name],
+            "cpu_per_wall": sum(cpus[name]) / sum(walls[name]),
+            "max_tip_error_m": float(np.nanmax(errors)) if np.any(np.isfinite(errors)) else float("nan"),
+            "nonfinite_scenarios": int(np.sum(~np.isfinite(errors))),
+        }
+        if status is not None:
+            rows[name]["not_success"] = int(np.sum(np.asarray(status) != int(ukjax.RESULTS.success)))
+    return {
+        "links": links,
+        "n": links,
+        "m": 2 * copies,
+        "family": family,
+        "steps": steps,
+        "model_check_relative_qdd": checks,
+        "contenders": rows,
+    }
+
+
+# -------------------------------------------------------------------------- model building vs the solve
+def eval_loop(f, args, reps):
+    """A compiled program evaluating ``vmap(f)(*args)`` ``reps`` times in a loop (each pass perturbs the first
+    argument by the previous output, so nothing is hoisted out of the loop)."""
+    batch = args[0].shape[0]
+
+    def loop(*xs):
+        def body(_, acc):
+            out = jax.vmap(f)(xs[0] + 1e-12 * acc, *xs[1:])
+            flat = jnp.concatenate(
+                [jnp.ravel(o).reshape(batch, -1)[:, :1] for o in jax.tree_util.tree_leaves(out)], 1
+            )
+            return acc + 1e-30 * jnp.sum(flat, axis=1).reshape((batch,) + (1,) * (xs[0].ndim - 1))
+
+        return jax.lax.fori_loop(0, reps, body, jnp.zeros((batch,) + (1,) * (xs[0].ndim - 1), xs[0].dtype))
+
+    compiled = jax.jit(loop).lower(*args).compile()
+    jax.block_until_ready(compiled(*args))
+    return lambda: jax.block_until_ready(compiled(*args))
+
+
+def model_building(links, args, progress):
+    """CPU ns per scenario-evaluation of each part of one right-hand side of the pinned chain (minimum of 5
+    interleaved rounds of the process's CPU time)."""
+    params = chain.default_params(links)
+    system = chain.system(links)
+    old = dataclasses.replace(system, mass_and_force=None)
+    q0s, qd0s = chain.scenarios(params, args.model_batch, speed=args.speed, seed=args.seed)
+    t = 0.0
+    terms = lambda q, qd: (
+        *system.mass_and_given_force(q, qd, t, params),
+        *system.constraint_equations(q, qd, t, params),
+    )
+    MQAb = jax.jit(jax.vmap(terms))(q0s, qd0s)
+    parts = {
+        "M and Q, separate passes (old: jax.hessian of T; jax.grad and a JVP)": (
+            lambda q, qd: (old.mass_matrix(q, t, params), old.given_force(q, qd, t, params)),
+            (q0s, qd0s),
+        ),
+        "M and Q, one linearization (new: System.mass_and_given_force)": (
+            lambda q, qd: system.mass_and_given_force(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+        "A and b (jacfwd and JVPs of the tip constraint)": (
+            lambda q, qd: system.constraint_equations(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+        "UK solve from M, Q, A, b (ukjax.uk_acceleration, default method)": (
+            # every input times a traced 1 (unknown to XLA): no factorization is hoisted out of the loop
+            lambda one, M, Q, A, b: dynamics.uk_acceleration(one * M, one * Q, one * A, one * b),
+            (jnp.ones(len(q0s), q0s.dtype), *MQAb),
+        ),
+        "whole right-hand side, old (System.acceleration without mass_and_force)": (
+            lambda q, qd: old.acceleration(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+        "whole right-hand side, new (System.acceleration)": (
+            lambda q, qd: system.acceleration(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+    }
+    loops = {name: eval_loop(f, xs, args.model_reps) for name, (f, xs) in parts.items()}
+    cpu = {name: [] for name in parts}
+    for _ in range(5):  # interleaved; the process's CPU time is robust to the load of a shared machine
+        for name, run in loops.items():
+            start = _cpu()
+            run()
+            cpu[name].append(_cpu() - start)
+    out = {}
+    for name in parts:
+        out[name] = min(cpu[name]) / args.model_reps / args.model_batch * 1e9
+        progress(f"n={links} model building: {name}: {out[name]:.0f} CPU ns per scenario-evaluation")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- tables
+def markdown(rows, model_rows) -> str:
+    lines = []
+    for family in FAMILIES:
+        sub = [r for r in rows if r["family"] == family]
+        if not sub:
+            continue
+        names = list(sub[0]["contenders"])
+        pinned = "once" if family == "pinned" else "k times"
+        lines += [
+            f"\n**{family}** (tip pinned {pinned}): µs per step per "
+            "scenario, compile s, max |φ| (m) after the span\n"
+        ]
+        head = "| k = n | m | " + " | ".join(names) + " | naive/ukjax | MuJoCo/ukjax |"
+        lines += [head, "|" + "---|" * (head.count("|") - 1)]
+        for r in sub:
+            c = r["contenders"]
+            cells = [cell(c[x]) for x in names]
+            lines.append(
+                f"| {r['n']} | {r['m']} | "
+                + " | ".join(cells)
+                + f" | {ratios(c, 'naive')} | {ratios(c, 'mujoco')} |"
+            )
+    if model_rows:
+        sizes = list(model_rows)
+        lines += [
+            "\n**Model building vs the solve** (pinned chain, CPU ns per scenario per right-hand-side "
+            "evaluation, "
+            "vmap)\n",
+            "| part | " + " | ".join(f"n = {s}" for s in sizes) + " |",
+            "|---|" + "---|" * len(sizes),
+        ]
+        for part in model_rows[sizes[0]]:
+            lines.append(f"| {part} | " + " | ".join(f"{model_rows[s][part]:.0f}" for s in sizes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cell(row) -> str:
+    failed = f" ({row['not_success']} failed)" if row.get("not_success") else ""
+    cost, compile_s, error = row["us_per_step_per_scenario"], row["compile_s"], row["max_tip_error_m"]
+    return f"{cost:.3g} µs, {compile_s:.1f} s, {error:.1e}{failed}"
+
+
+def ratios(c, other) -> str:
+    """other's µs / ukjax's µs: ukjax Tsit5 vs the naive Tsit5 (same tableau) or MuJoCo RK4, and ukjax Bosh3
+    vs MuJoCo RK4 (above 1: ukjax faster)."""
+    cost = lambda x: c[x]["us_per_step_per_scenario"] if x in c else None
+    pairs = (
+        [("ukjax_tsit5", "naive_tsit5"), ("ukjax_tsit5", "naive_rk4")]
+        if other == "naive"
+        else [("ukjax_tsit5", "mujoco_rk4"), ("ukjax_bosh3", "mujoco_rk4"), ("ukjax_heun", "mujoco_euler")]
+    )
+    parts = [
+        f"{o.split('_')[1]}/{u.split('_')[1]} {cost(o) / cost(u):.2f}"
+        for u, o in pairs
+        if cost(u) and cost(o)
+    ]
+    return ", ".join(parts) or "-"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[2, 4, 8, 16, 32], help="links k (n = k)")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    parser.add_argument("--scenarios", type=int, default=256, help="batch size (default %(default)s)")
+    parser.add_argument("--span", type=float, default=5.0, help="simulated seconds (default %(default)s)")
+    parser.add_argument("--dt", type=float, default=5e-3, help="fixed step, s (default %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds; medians (default %(default)s)"
+    )
+    parser.add_argument("--speed", type=float, default=0.5, help="spread of the initial joint rates, rad/s")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--ukjax-solvers", nargs="+", default=list(UKJAX_SOLVERS), choices=list(UKJAX_SOLVERS)
+    )
+    parser.add_argument("--naive-solvers", nargs="*", default=["tsit5", "rk4"], choices=["tsit5", "rk4"])
+    parser.add_argument("--mujoco-integrators", nargs="*", default=["RK4", "Euler"], choices=["RK4", "Euler"])
+    parser.add_argument("--mujoco-threads", type=int, default=1, help="mujoco.rollout threads (default 1)")
+    parser.add_argument(
+        "--ukjax-only", action="store_true", help="time ukjax alone (no naive JAX, no MuJoCo)"
+    )
+    parser.add_argument(
+        "--model-sizes",
+        type=int,
+        nargs="*",
+        default=[8, 16, 32],
+        help="sizes of the model-building breakdown (none: skip)",
+    )
+    parser.add_argument("--model-batch", type=int, default=256, help="batch of the model-building breakdown")
+    parser.add_argument(
+        "--model-reps", type=int, default=20, help="evaluations per timed model-building loop"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="k = 2, 4; 16 scenarios, 1 s, 2 rounds; n = 8 only"
+    )
+    parser.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/scaling-<machine>.json)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.scenarios, args.span, args.rounds = [2, 4], 16, 1.0, 2
+        args.model_sizes, args.model_batch = [8], 64
+    positive = args.scenarios >= 1 and args.span > 0 and args.dt > 0 and args.rounds >= 1
+    if not positive or min(args.sizes, default=2) < 2:
+        raise ValueError("--scenarios, --span, --dt, --rounds must be positive and --sizes at least 2")
+    from tqdm import tqdm
+
+    load_before, cpu_start, wall_start = os.getloadavg(), _cpu(), time.perf_counter()
+    bar = tqdm(total=len(args.sizes) * len(args.families) + len(args.model_sizes or []), unit="size")
+    progress = lambda text: tqdm.write(text)
+    from ukjax.studies._common import environment
+
+    env = environment()
+    out = Path(args.out or Path(__file__).parent / "results" / f"scaling-{machine_tag(env)}.json")
+    rows, model_rows = [], {}
+
+    def save(complete: bool) -> dict:
+        """Write the JSON and the markdown table (after every size, so an interrupted run keeps its rows)."""
+        table = markdown(rows, model_rows)
+        payload = {
+            "description": "planar chains of k links with the tip pinned once (m = 2) or k times (m = 2k), "
+            f"{args.scenarios} scenarios, fixed step {args.dt} s over {args.span} s, contenders interleaved "
+            f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios); max_tip_error_m at "
+            "the end of the span; ukjax/naive float64, MuJoCo float64 with its default soft constraints",
+            "complete": complete,
+            "config": vars(args) | {"out": str(out)},
+            "source": source_state(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "cpu_s": _cpu() - cpu_start,
+            "wall_s": time.perf_counter() - wall_start,
+            "rows": rows,
+            "model_building_ns_per_scenario_eval": {str(k): v for k, v in model_rows.items()},
+            "table_markdown": table,
+        }
+        try:
+            import mujoco
+
+            payload["mujoco_version"] = mujoco.__version__
+        except ImportError:
+            pass
+        write_results(out, payload)
+        out.with_suffix(".md").write_text(table)
+        return payload
+
+    for links in args.sizes:
+        for family in args.families:
+            rows.append(measure_size(links, family, args, progress) | {"load_average": os.getloadavg()})
+            save(complete=False)
+            bar.update()
+    for links in args.model_sizes or []:
+        model_rows[links] = model_building(links, args, progress)
+        save(complete=False)
+        bar.update()
+    bar.close()
+    payload = save(complete=True)
+    print(payload["table_markdown"])
+    print(
+        f"wrote {out} and {out.with_suffix('.md')} (load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f})"
+    )
+    return payload
+
+
+if __name__ == "__main__":
+    main()
