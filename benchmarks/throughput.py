@@ -11,7 +11,7 @@ integrator (Tsit5, ukjax's default solver: 5th order, six evaluations per step) 
 (b) ``naive_jax``: the same closed-form right-hand side in ``jax.numpy`` with ``jnp.linalg.pinv(A M^{-1/2})``,
     ``vmap`` over the batch, its own Tsit5 loop (``lax.scan``, diffrax's Butcher tableau), ``jit``.
 (c) ``ukjax``: ``ukjax.simulate_batch`` on ``ukjax.models.scara`` (constraints differentiated automatically),
-    fixed step, default solver (``diffrax.Tsit5``) and default UK method.
+    fixed step, default solver (``diffrax.Tsit5``) and default UK method (``"ldl"``).
 
 Reported per batch size: scenario-steps per second (one step of one scenario = one scenario-step), compile
 time, the largest end-of-run constraint violation |φ(t1)| over the batch and the largest end-state difference
@@ -331,11 +331,17 @@ def profile_rhs(system, params, base, batch, seed, reps=50):
         ),
         "  M and Q of ukjax.models.scara": lambda q, qd: flat(*terms(q, qd)[:2]),
         "  A and b by autodiff of phi (with Baumgarte terms)": lambda q, qd: flat(*terms(q, qd)[2:]),
-        "  ukjax.uk_acceleration (default method), model included": lambda q, qd: dynamics.uk_acceleration(
-            *terms(q, qd)
+        "  ukjax.uk_acceleration (method ldl, System's default), model included": lambda q, qd: (
+            dynamics.uk_acceleration(*terms(q, qd), method="ldl")
+        ),
+        "  ukjax.uk_acceleration (method cholesky), model included": lambda q, qd: dynamics.uk_acceleration(
+            *terms(q, qd), method="cholesky"
         ),
         "    linalg.cholesky + cho_solve of M, with A M^-1 A^T": gram,
-        "    linalg.psd_pinv of G = A M^-1 A^T, G included": lambda q, qd: linalg.psd_pinv(gram(q, qd)),
+        "    linalg.psd_ginv of G = A M^-1 A^T (ldl), G included": lambda q, qd: linalg.psd_ginv(gram(q, qd)),
+        "    linalg.psd_pinv of G = A M^-1 A^T (cholesky), G included": lambda q, qd: linalg.psd_pinv(
+            gram(q, qd)
+        ),
         "naive: closed-form M, Q, A, b": lambda q, qd: flat(*scara_terms(jnp, q, qd, t, closed)),
         "naive: whole right-hand side (eigh, jnp.linalg.pinv)": lambda q, qd: uk_sqrt_form(
             jnp, jnp.linalg, q, qd, t, closed
