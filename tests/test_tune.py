@@ -164,6 +164,9 @@ def test_parametrization_positivity_bounds_sharing_and_errors():
     # a mask pytree tunes the leaves marked True with the default (log) transform
     mask = {"a": True, "arm": {"k": False, "g": False}, "fixed": False}
     assert tune.Parametrization(p, mask).names == ("a",)
+    # θ is strongly typed even from weakly typed parameters (else a jitted step compiles again after optax)
+    weak = tune.Parametrization({"a": jnp.array(2.0), "b": 3.0}, {"a": tune.log(), "b": tune.free()})
+    assert not any(x.weak_type for x in weak.init().values())
     for bad, match in (
         ({"nope": tune.log()}, "not a leaf"),
         ({"arm/g": tune.free(shared=True), "a": "log"}, "Transform"),

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax.simulation import as_params
+
 KINDS = ("free", "log", "softplus", "sigmoid", "box")
 
 
@@ -217,7 +219,9 @@ class Parametrization(eqx.Module):
                     )
                 value = value.ravel()[0] if value.ndim else value
             theta[name] = spec.project(spec.inverse(value))
-        return theta
+        # strongly typed leaves: a weakly typed θ (from jnp.array(1.0) parameters) would make the jitted
+        # tuning step compile again once optax returns it strongly typed
+        return as_params(theta)
 
     def values(self, theta) -> dict:
         """The tuned leaves x = f(θ), in their own shapes."""
