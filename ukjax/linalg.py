@@ -708,21 +708,22 @@ def _ldl_solve_entries(l, dinv, rows):
 
 def _ldl_loop(G, cutoff):
     """:func:`_ldl_entries` as a ``fori_loop`` over columns (right-looking), for m above the unroll limit:
-    (L, D⁺) with L unit lower triangular."""
+    (L⁻¹, D⁺). The row operations that reduce G to D Lᵀ are applied to the identity alongside, so L⁻¹ comes
+    out of the same loop (Gauss-Jordan style) instead of a second, triangular-solve loop."""
     m = G.shape[0]
     rows = jnp.arange(m)
 
     def body(j, carry):
-        W, L, dinv = carry
+        W, L_inv, dinv = carry
         w = W[j, j]
         keep = w > cutoff
         inv = _safe_div(1, w, keep)
-        below = jnp.where(rows > j, W[:, j], 0)
-        col = below * inv
-        return W - jnp.outer(col, below), L.at[:, j].add(col), dinv.at[j].set(inv)
+        col = jnp.where(rows > j, W[:, j], 0) * inv  # l_ij, i > j
+        # row_i -= l_ij row_j for i > j, on the Schur complement and on the accumulated L⁻¹
+        return W - jnp.outer(col, W[j]), L_inv - jnp.outer(col, L_inv[j]), dinv.at[j].set(inv)
 
-    _, L, dinv = _loop(m, body, (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype)))
-    return L, dinv
+    _, L_inv, dinv = _loop(m, body, (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype)))
+    return L_inv, dinv
 
 
 def _psd_ginv_ldl(G, rtol):
@@ -732,9 +733,7 @@ def _psd_ginv_ldl(G, rtol):
         l, dinv = _ldl_entries(_entries(G), cutoff)
         eye = jnp.eye(m, dtype=G.dtype)
         return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
-    L, dinv = _ldl_loop(G, cutoff)
-    every = jnp.ones(m, bool)
-    L_inv = _solve_lower(L, jnp.eye(m, dtype=G.dtype), every)
+    L_inv, dinv = _ldl_loop(G, cutoff)
     return (L_inv.T * dinv) @ L_inv
 
 
