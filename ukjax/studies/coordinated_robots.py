@@ -1,4 +1,5 @@
-"""Two coordinated 3-link robots carrying a load (Liu et al. 2015, seed 000 §V-VI, Figs. 4-14) under
+"""Two coordinated 3-link robots carrying a load (Liu et al. 2015, §V-VI, Figs. 4-14;
+seed 000) under
 minimum-norm servo control.
 
 Simulates :mod:`ukjax.models.coordinated_robots` (closed chain, 3 DOF, 6 actuators) from the initial state

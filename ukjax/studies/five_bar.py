@@ -1,4 +1,5 @@
-"""Pseudoinverse algorithms on the overconstrained five-bar linkage (seed 004, Tables 7-12 and Figure 2).
+"""Pseudoinverse algorithms on the overconstrained five-bar linkage (de Falco, Pennestrì & Vita,
+Tables 7-12 and Figure 2; seed 004).
 
 de Falco, Pennestrì & Vita integrate the UK equation eq. 31/32 of the five-bar parallelogram
 (:mod:`ukjax.models.five_bar`, n = 12, Jacobian rank 11) for 20 s with each of five generalized-inverse
@@ -7,9 +8,9 @@ TOL = 1e-6, 1e-8, 1e-10 used both as the integrator tolerance and as the rank to
 and report whether each run completed (or when it failed), Σψ², function evaluations, steps and CPU time.
 
 This study does the same with ``ukjax.simulate(..., method=<pinv method>, rtol=atol=pinv_rtol=TOL)``: the
-reference form of the UK equation with B⁺ = (A M^{-1/2})⁺ by that algorithm (seed 004 eq. 31), diffrax's
-adaptive Tsit5 (an explicit Runge-Kutta method; the paper used an Adams-Moulton code, IMSL DIVPAG) and the
-Baumgarte gains as parameters, so one compiled program per algorithm serves all tolerances and both
+reference form of the UK equation with B⁺ = (A M^{-1/2})⁺ by that algorithm (de Falco et al., eq. 31),
+diffrax's adaptive Tsit5 (an explicit Runge-Kutta method; the paper used an Adams-Moulton code, IMSL DIVPAG)
+and the Baumgarte gains as parameters, so one compiled program per algorithm serves all tolerances and both
 stabilization settings. Σψ² is reported as its maximum over the saved times before any failure; "failed at"
 is the last saved time at which the state was still finite. CPU time is process time after compilation.
 

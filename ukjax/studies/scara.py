@@ -1,4 +1,5 @@
-"""SCARA robot on a helical trajectory, without and with Baumgarte stabilization (seed 001, Figs. 2-10).
+"""SCARA robot on a helical trajectory, without and with Baumgarte stabilization (Xu & Liu 2017,
+Figs. 2-10; seed 001).
 
 Xu & Liu (2017) integrate the UK equation of the SCARA (:mod:`ukjax.models.scara`) from initial
 conditions that violate the trajectory constraint eq. 47 and report maximal displacement errors of about
