@@ -476,11 +476,16 @@ _IMPLEMENTATIONS = {
 }
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _pinv(impl, A, rtol):
+def _guarded(impl, A, rtol):
+    """``impl(A, rtol)`` on finite input with a valid rtol; all NaN otherwise (LAPACK never sees NaN/inf)."""
     A0, finite = _finite_or_zero(A)
     valid = finite & (rtol >= 0)  # False for a NaN rtol too
     return jnp.where(valid, impl(A0, jnp.where(valid, rtol, 0)), jnp.nan)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _pinv(impl, A, rtol):
+    return _guarded(impl, A, rtol)
 
 
 @_pinv.defjvp
@@ -760,10 +765,7 @@ def psd_ginv(G, rtol=None):
     if G.size == 0:
         return G
     G = (G + G.T) / 2
-    G0, finite = _finite_or_zero(G)
-    rtol = jax.lax.stop_gradient(_rtol_array(rtol, G))
-    valid = finite & (rtol >= 0)  # False for a NaN rtol too
-    return jnp.where(valid, _psd_ginv_ldl(G0, jnp.where(valid, rtol, 0)), jnp.nan)
+    return _guarded(_psd_ginv_ldl, G, jax.lax.stop_gradient(_rtol_array(rtol, G)))
 
 
 def psd_pinv(G, rtol=None):
