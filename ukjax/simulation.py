@@ -363,6 +363,17 @@ def _motion(system, config, numbers, q, qd, t, p):
     return motion.qdd, motion, None
 
 
+def _state_derivative(system, config, numbers):
+    """(t, (q, q̇), p) -> (q̇, q̈): the ODE right-hand side, shared by :func:`simulate` and
+    :func:`ukjax.stepping.step`."""
+
+    def derivative(t, y, p):
+        q, qd = y
+        return qd, _motion(system, config, numbers, q, qd, t, p)[0]
+
+    return derivative
+
+
 def _norm(r):
     """‖r‖ with derivative 0 (not NaN) at r = 0."""
     r2 = jnp.sum(r * r)
@@ -492,9 +503,10 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     leaves = [x for x in jax.tree_util.tree_leaves(params) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
     start_bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in (q0, qd0, *leaves)]))
 
+    motion = _state_derivative(system, config, numbers)
+
     def vector_field(t, y, p):
-        q, qd = y
-        qdd = _motion(system, config, numbers, q, qd, t, p)[0]
+        qd, qdd = motion(t, y, p)
         return jnp.where(start_bad, 0.0, qd), jnp.where(start_bad, 0.0, qdd)
 
     def nonfinite(t, y, args, **kwargs):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ukjax import dynamics
-from ukjax.simulation import _Config, _motion, _Numbers
+from ukjax.simulation import _Config, _Numbers, _state_derivative
 from ukjax.system import SOLVERS, System
 
 
@@ -86,11 +86,7 @@ def step(
                        pinv_rtol=nan if pinv_rtol is None else jnp.asarray(pinv_rtol, dtype),
                        consistency_rtol=nan, constraint_rtol=nan)  # fmt: skip
 
-    def vector_field(t, y, p):
-        q, qd = y
-        return qd, _motion(system, config, numbers, q, qd, t, p)[0]
-
-    term = diffrax.ODETerm(vector_field)
+    term = diffrax.ODETerm(_state_derivative(system, config, numbers))
     t0, t1 = state.t, state.t + jnp.asarray(dt, dtype)
     y0 = (state.q, state.qd)
     solver_state = solver.init(term, t0, t1, y0, params)
