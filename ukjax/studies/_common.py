@@ -116,6 +116,14 @@ def integrator_record(args) -> dict:
     }
 
 
+def fixed_step_record(dt, saves, t1=None) -> dict:
+    """The fixed-step Tsit5 integration of a tuning study (step, span, saves), for metrics.json."""
+    record = {"solver": "diffrax Tsit5", "step": "fixed", "dt": dt}
+    if t1 is not None:
+        record["t1"] = t1
+    return record | {"saves": saves}
+
+
 # ------------------------------------------------------------------------------------------ output folders
 RESULTS_ROOT = "ukjax-results"  # default parent of every study's output, relative to the current directory
 RESULT_FILES = ("metrics.json", "history.json")  # a folder holding one of these holds results

@@ -37,6 +37,7 @@ from ukjax.simulation import simulate_batch
 from ukjax.studies._common import (
     add_output_arguments,
     first_time_below,
+    fixed_step_record,
     prepare_output,
     save_figure,
     write_json,
@@ -179,13 +180,7 @@ def run(args) -> dict:
         "tolerance": args.tolerance,
         "u_max_Nm": args.u_max,
         "limit_weight": args.limit_weight,
-        "integrator": {
-            "solver": "diffrax Tsit5",
-            "step": "fixed",
-            "dt": args.dt,
-            "t1": args.t1,
-            "saves": 301,
-        },
+        "integrator": fixed_step_record(args.dt, 301, t1=args.t1),
         "batches": {
             "train": train.size,
             "heldout": heldout.size,

@@ -39,7 +39,13 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
-from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    fixed_step_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = (
     "Baumgarte gains of the SCARA (Xu & Liu 2017, eq. 52) tuned over a Monte-Carlo batch; "
@@ -328,7 +334,7 @@ def run(args) -> dict:
             "risk": "mean over the batch",
             "span_s": args.t1,
         },
-        "integrator": {"solver": "diffrax Tsit5", "step": "fixed", "dt": args.dt, "saves": 201},
+        "integrator": fixed_step_record(args.dt, 201),
         "batches": {
             "perturbation": "masses, lengths, inertias ±5 % uniform; joint angles 1° normal; velocities 1 %",
             "train_scenarios": train.size,

@@ -28,7 +28,13 @@ import numpy as np
 from ukjax import tune
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import simulate_batch
-from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    fixed_step_record,
+    prepare_output,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = (
     "servo gains of the two-mass spring (Liu et al. 2015, §IV) under |F| <= F_max: tracking error vs "
@@ -173,13 +179,7 @@ def run(args) -> dict:
         "objective": "∫ φ² dt + w_u · smoothmax_t |F| (power mean, p = 16) + w_lim ∫ max(|F| - F_max, 0)² dt",
         "u_max_N": args.u_max,
         "limit_weight": args.limit_weight,
-        "integrator": {
-            "solver": "diffrax Tsit5",
-            "step": "fixed",
-            "dt": args.dt,
-            "t1": args.t1,
-            "saves": 301,
-        },
+        "integrator": fixed_step_record(args.dt, 301, t1=args.t1),
         "batches": {
             "train": train.size,
             "heldout": heldout.size,
