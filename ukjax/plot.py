@@ -136,6 +136,24 @@ def _status_name(code: int) -> str:
         return f"status {code}"
 
 
+def _components(sol, values, *, picked_from, what, names, prefix, units, quantity, title, ax, suffix=""):
+    """One line per component (column) of ``values`` against sol.ts, labelled and with units: the body of
+    :func:`trajectory`, :func:`constraint_force` and :func:`control`."""
+    n = values.shape[-1]
+    labels, unit_list = _names(names, n, prefix), _units(units, n)
+    picked = _indices(picked_from, n, what)
+    ax = _axes(ax)
+    ts = np.asarray(sol.ts)
+    mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
+    for i in picked:
+        ax.plot(ts, values[:, i], label=labels[i] if not mixed else f"{labels[i]} ({unit_list[i]}{suffix})")
+    ax.set_xlabel("t (s)")
+    ax.set_ylabel(_ylabel(quantity, None if unit_list is None else [unit_list[i] for i in picked], suffix))
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return ax
+
+
 def trajectory(
     sol: Solution,
     *,
@@ -167,22 +185,11 @@ def trajectory(
     if which not in _QUANTITIES:
         raise ValueError(f"which must be one of {tuple(_QUANTITIES)}, got {which!r}")
     quantity, symbol, suffix = _QUANTITIES[which]
-    values = np.asarray(getattr(sol, which))
-    n = values.shape[-1]
-    labels, unit_list = _names(names, n, "q"), _units(units, n)
-    picked = _indices(coordinates, n)
-    ax = _axes(ax)
-    ts = np.asarray(sol.ts)
-    mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
-    for i in picked:
-        label = labels[i] if not mixed else f"{labels[i]} ({unit_list[i]}{suffix})"
-        ax.plot(ts, values[:, i], label=label)
-    plotted_units = None if unit_list is None else [unit_list[i] for i in picked]
-    ax.set_xlabel("t (s)")
-    ax.set_ylabel(_ylabel(f"{symbol}, {quantity}", plotted_units, suffix))
-    ax.set_title(title if title is not None else f"{quantity.capitalize()}{_status_note(sol)}")
-    ax.legend(fontsize="small")
-    return ax
+    return _components(
+        sol, np.asarray(getattr(sol, which)), picked_from=coordinates, what="coordinates", names=names,
+        prefix="q", units=units, quantity=f"{symbol}, {quantity}", suffix=suffix, ax=ax,
+        title=title if title is not None else f"{quantity.capitalize()}{_status_note(sol)}",
+    )  # fmt: skip
 
 
 def constraint_violation(
@@ -268,21 +275,11 @@ def constraint_force(
         raise ValueError(f"part must be one of {_FORCE_PARTS}, got {part!r}")
     force = sol.constraint_force
     values = np.asarray(force.total if part == "total" else getattr(force, part))
-    n = values.shape[-1]
-    labels, unit_list = _names(names, n, "Q^c_"), _units(units, n)
-    picked = _indices(coordinates, n)
-    ax = _axes(ax)
-    ts = np.asarray(sol.ts)
-    mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
-    for i in picked:
-        ax.plot(ts, values[:, i], label=labels[i] if not mixed else f"{labels[i]} ({unit_list[i]})")
-    ax.set_xlabel("t (s)")
-    ax.set_ylabel(
-        _ylabel(f"{part} constraint force", None if unit_list is None else [unit_list[i] for i in picked])
-    )
-    ax.set_title(title if title is not None else f"Constraint force ({part}){_status_note(sol)}")
-    ax.legend(fontsize="small")
-    return ax
+    return _components(
+        sol, values, picked_from=coordinates, what="coordinates", names=names, prefix="Q^c_", units=units,
+        quantity=f"{part} constraint force", ax=ax,
+        title=title if title is not None else f"Constraint force ({part}){_status_note(sol)}",
+    )  # fmt: skip
 
 
 def control(
@@ -316,20 +313,10 @@ def control(
         raise ValueError(
             "sol has no controls (sol.u is None): its system has no actuation and servo constraints"
         )
-    values = np.asarray(sol.u)
-    n_u = values.shape[-1]
-    labels, unit_list = _names(names, n_u, "u"), _units(units, n_u)
-    picked = _indices(actuators, n_u, "actuators")
-    ax = _axes(ax)
-    ts = np.asarray(sol.ts)
-    mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
-    for i in picked:
-        ax.plot(ts, values[:, i], label=labels[i] if not mixed else f"{labels[i]} ({unit_list[i]})")
-    ax.set_xlabel("t (s)")
-    ax.set_ylabel(_ylabel("u, control", None if unit_list is None else [unit_list[i] for i in picked]))
-    ax.set_title(title if title is not None else f"Controls{_status_note(sol)}")
-    ax.legend(fontsize="small")
-    return ax
+    return _components(
+        sol, np.asarray(sol.u), picked_from=actuators, what="actuators", names=names, prefix="u", units=units,
+        quantity="u, control", ax=ax, title=title if title is not None else f"Controls{_status_note(sol)}",
+    )  # fmt: skip
 
 
 def batch_status(sol: Solution, *, title: str | None = None, ax=None):
