@@ -934,5 +934,5 @@ def simulate_batch(
     )
     if not batch_params:
         # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
-        params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (q0.shape[0], *jnp.shape(x))), params)
+        params = _batched_by_spec(params, False, q0.shape[0])
     return _run(_simulate_many, system, config, numbers, q0, qd0, params)
