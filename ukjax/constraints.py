@@ -67,6 +67,14 @@ def _as_vector(value, name: str, where: str):
     return value
 
 
+def _jacobian(f, argnum, *args):
+    """∂f/∂args[argnum] by reverse mode when f has fewer rows than the argument has entries (one pullback per
+    row: a tip constraint of an n-link chain costs 2 passes, not n), else forward mode (one push per entry)."""
+    rows = jax.eval_shape(f, *args).shape[0]
+    jacobian = jax.jacrev if rows < jnp.shape(args[argnum])[0] else jax.jacfwd
+    return jacobian(f, argnums=argnum)(*args)
+
+
 def _time_like(t, q):
     return jnp.asarray(t, dtype=jnp.result_type(q))
 
@@ -93,7 +101,7 @@ class Holonomic(eqx.Module):
     def second_order(self, q, qd, t, p):
         """(A, b) with A q̈ = b equivalent to φ̈ = -(stabilization)."""
         t = _time_like(t, q)
-        A = jax.jacfwd(self.value, argnums=0)(q, t, p)
+        A = _jacobian(self.value, 0, q, t, p)
         phi_dot, convective = jax.jvp(
             lambda q_, t_: self.velocity(q_, qd, t_, p), (q, t), (qd, jnp.ones_like(t))
         )
@@ -123,7 +131,7 @@ class Nonholonomic(eqx.Module):
 
     def second_order(self, q, qd, t, p):
         t = _time_like(t, q)
-        A = jax.jacfwd(self.value, argnums=1)(q, qd, t, p)
+        A = _jacobian(self.value, 1, q, qd, t, p)
         psi, convective = jax.jvp(
             lambda q_, t_: self.value(q_, qd, t_, p), (q, t), (qd, jnp.ones_like(t))
         )

@@ -162,6 +162,22 @@ class _Eq35Factors(eqx.Module):
     r_perp: jax.Array  # (I - G G⁺) b: the part of b outside range(A), zero for consistent constraints
 
 
+def _normal_form(A, b):
+    """(A, b), or (AᵀA, Aᵀb) when there are more rows than coordinates (m > n, redundant constraints).
+
+    AᵀA q̈ = Aᵀb is consistent for every b and its solutions are the least-squares solutions of A q̈ = b
+    (exactly the solutions when b is consistent), and range(AᵀA) = range(Aᵀ), so the Cholesky forms give the
+    same q̈ and the same ideal force in range(Aᵀ), from an n x n G = AᵀA M⁻¹AᵀA instead of an m x m one
+    (O(n³ + m n²) instead of O(m³)); with ``method="ldl"`` the result is then the least-squares
+    acceleration for inconsistent b too. The price: G's eigenvalues go as σ(B)⁴ instead of σ(B)², so the
+    rank tolerance drops directions with σ/σ₁ below about rtol^(1/4) (5e-4 at the float64 default, n = 32)
+    instead of rtol^(1/2); near-singular redundant constraints want ``method="svd"``.
+    """
+    if A.shape[0] <= A.shape[1]:
+        return A, b
+    return A.T @ A, A.T @ b
+
+
 def _eq35_forward(method, M, Q, A, b, c, rtol):
     """(q̈, Q^c_id, Q^c_nid) by a Cholesky of M and G⁺, G = A M⁻¹Aᵀ (seed 004 eq. 34-36), and the factors.
 
@@ -169,11 +185,19 @@ def _eq35_forward(method, M, Q, A, b, c, rtol):
     Differentiating this function directly (autodiff through the Cholesky and the pivoted-Cholesky loop of
     G⁺) is the reference the custom derivative of :func:`_eq35_terms` is tested against.
     """
+    L = cholesky(M)
+    terms, parts = _eq35_given_solve(method, lambda B: cho_solve(L, B), Q, A, b, c, rtol)
+    return terms, _Eq35Factors(L, *parts)
+
+
+def _eq35_given_solve(method, solve, Q, A, b, c, rtol):
+    """Seed 004 eq. 35 given ``solve(B) = M⁻¹B``: (q̈, Q^c_id, Q^c_nid) and what the derivative reuses
+    (M⁻¹Aᵀ, G⁻, λ_F, λ_Q, q̈_Q, r⊥), with M⁻¹ applied once to the columns [F, (Q,) Aᵀ]."""
     mm = small_matmul
     F = Q if c is None else Q + c
-    L = cholesky(M)
-    solved = cho_solve(L, jnp.concatenate([F[:, None], Q[:, None], A.T], axis=1))
-    a_F, a, MinvAT = solved[:, 0], solved[:, 1], solved[:, 2:]
+    given = [F[:, None]] if c is None else [F[:, None], Q[:, None]]
+    solved = solve(jnp.concatenate([*given, A.T], axis=1))
+    a_F, MinvAT = solved[:, 0], solved[:, len(given):]
     G = mm(A, MinvAT)
     G_pinv = _GRAM_INVERSES[method](G, rtol)
     r_F = b - mm(A, a_F)
@@ -182,12 +206,39 @@ def _eq35_forward(method, M, Q, A, b, c, rtol):
     if c is None:
         lam_Q, qdd_Q, nonideal = lam_F, qdd, jnp.zeros_like(Q)
     else:
+        a = solved[:, 1]
         lam_Q = mm(G_pinv, b - mm(A, a))
         qdd_Q = a + mm(MinvAT, lam_Q)
         nonideal = c - mm(A.T, mm(G_pinv, mm(A, a_F - a)))
     ideal = mm(A.T, lam_Q)
-    factors = _Eq35Factors(L, MinvAT, G_pinv, lam_F, lam_Q, qdd_Q, r_F - mm(G, lam_F))
-    return (qdd, ideal, nonideal), factors
+    return (qdd, ideal, nonideal), (MinvAT, G_pinv, lam_F, lam_Q, qdd_Q, r_F - mm(G, lam_F))
+
+
+def uk_solve_with(solve, Q, A, b, c=None, *, method: str = "ldl", rtol=None):
+    """(q̈, constraint force) of the UK equation given the action of M⁻¹ instead of M.
+
+    ``solve(B)`` returns M⁻¹B for B of shape (n, k); q̈ = a + M⁻¹Aᵀ G⁻(b - A a), a = M⁻¹(Q + c),
+    G = A M⁻¹Aᵀ (de Falco et al. eq. 35, seed 004; the ideal and non-ideal forces of Liu et al. 2015 eq.
+    11-13), with G⁻ by ``method`` ("ldl": :func:`ukjax.linalg.psd_ginv`, "cholesky":
+    :func:`ukjax.linalg.psd_pinv`). M⁻¹ is applied once, to the m + 1 (m + 2 with c) columns [Q + c, (Q,) Aᵀ]:
+    with the articulated-body algorithm of :mod:`ukjax.multibody` that is O(n m) work where the dense form
+    costs O(n³). Derivatives by autodiff through ``solve`` and G⁻. Not jitted: it is meant to be traced
+    inside a right-hand side.
+    """
+    if method not in GRAM_METHODS:
+        raise ValueError(f"uk_solve_with: method must be one of {GRAM_METHODS}, got {method!r}")
+    check_rtol(rtol, "uk_solve_with")
+    Q, A, b = jnp.asarray(Q), jnp.asarray(A), jnp.asarray(b)
+    n, m = Q.shape[0], A.shape[0]
+    if Q.ndim != 1 or A.shape != (m, n) or b.shape != (m,) or (c is not None and jnp.shape(c) != (n,)):
+        raise ValueError(
+            f"uk_solve_with: expected Q (n,), A (m, n), b (m,), c (n,) or None; got Q {Q.shape}, A {A.shape}, "
+            f"b {b.shape}, c {None if c is None else jnp.shape(c)}"
+        )
+    rtol = gram_rtol(m, n, Q.dtype) if rtol is None else rtol
+    A, b = _normal_form(A, b)
+    qdd, ideal, nonideal = _eq35_given_solve(method, solve, Q, A, b, c, jnp.asarray(rtol, Q.dtype))[0]
+    return qdd, ConstraintForce(ideal=ideal, nonideal=nonideal)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -259,7 +310,7 @@ def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
     M = symmetric_part(M)
     if method in GRAM_METHODS:
         rtol = gram_rtol(A.shape[0], M.shape[0], M.dtype) if rtol is None else rtol
-        return _eq35_terms(method, M, Q, A, b, c, jnp.asarray(rtol, M.dtype))
+        return _eq35_terms(method, M, Q, *_normal_form(A, b), c, jnp.asarray(rtol, M.dtype))
     return _reference_terms(M, Q, A, b, c, method, rtol)
 
 

@@ -213,6 +213,12 @@ class System(eqx.Module):
             use it instead of calling ``mass`` and ``force`` separately. It must agree with them; one built by
             :meth:`from_lagrangian` records the ``mass`` and ``force`` it agrees with and is ignored once
             either is replaced (``dataclasses.replace(system, force=...)``), see :meth:`mass_and_given_force`.
+        mass_solve: optional ``(q, t, p, B) -> M(q)⁻¹B`` for B of shape (n, k), e.g. the articulated-body
+            algorithm of a :class:`ukjax.multibody.Tree` (:meth:`ukjax.multibody.Tree.system` sets it). Where
+            given, :meth:`motion` evaluates the Cholesky forms of the UK equation (``method`` "ldl" or
+            "cholesky", ``solver="uk"``) through it without forming or factorizing M
+            (:func:`ukjax.dynamics.uk_solve_with`); the other forms still use ``mass``. It must agree with
+            ``mass``.
         coordinate_names: optional names of the coordinates, for plots and tables.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
         levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
@@ -233,6 +239,7 @@ class System(eqx.Module):
     layout: Layout | None = eqx.field(static=True, default=None)
     levels: tuple[Level, ...] | None = eqx.field(static=True, default=None)
     mass_and_force: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    mass_solve: Callable[..., Any] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
@@ -433,6 +440,12 @@ class System(eqx.Module):
             )
         return M, Q
 
+    def _solve_mass(self, q, t, p, B):
+        X = jnp.asarray(self.mass_solve(q, t, p, B))
+        if X.shape != B.shape:
+            raise ValueError(f"mass_solve(q, t, p, B) returned shape {X.shape}; expected {B.shape}")
+        return X
+
     def nonideal_vector(self, q, qd, t, p):
         if self.nonideal is None:
             return None
@@ -498,14 +511,21 @@ class System(eqx.Module):
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
-        if force is None:
-            M, Q = self.mass_and_given_force(q, qd, t, p)
-        else:
-            M, Q = self.mass_matrix(q, t, p), jnp.asarray(force)
         c = self.nonideal_vector(q, qd, t, p)
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
+        if self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS:
+            self._refuse_clearance("solver='uk'")
+            Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
+            qdd, reaction = dynamics.uk_solve_with(
+                lambda B: self._solve_mass(q, t, p, B), Q, A, b, c, method=method, rtol=rtol
+            )
+            return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
+        if force is None:
+            M, Q = self.mass_and_given_force(q, qd, t, p)
+        else:
+            M, Q = self.mass_matrix(q, t, p), jnp.asarray(force)
         F = Q if c is None else Q + c
         if solver in dynamics.SINGULAR_MASS_FORMS and A.shape[0] > 0:
             self._refuse_clearance(f"solver={solver!r}")

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax import multibody
 from ukjax.constraints import Baumgarte, Holonomic
 from ukjax.system import System
 
@@ -167,6 +168,50 @@ def system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
         kinetic_energy,
         potential_energy,
         links,
+        applied_force=joint_damping,
+        constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
+        coordinate_names=tuple(f"theta{i}" for i in range(links)),
+    )
+
+
+def tree(links: int) -> multibody.Tree:
+    """The chain as a :class:`ukjax.multibody.Tree`: ``links`` revolute joints about z, body i on body i - 1."""
+    _check_links(links)
+    return multibody.Tree.chain([multibody.revolute((0.0, 0.0, 1.0))] * links)
+
+
+def bodies(p) -> multibody.Bodies:
+    """The links as :class:`ukjax.multibody.Bodies`: body i's x axis along link i, its joint at the end of
+    link i - 1 (the origin for i = 0), its mass centre at (l_i/2, 0, 0) and central inertia
+    diag(0, m_i l_i²/12, m_i l_i²/12), read from ``p["length"]`` and ``p["mass"]``."""
+    length, mass = p["length"], p["mass"]
+    zero = jnp.zeros_like(length)
+    previous = jnp.concatenate([jnp.zeros_like(length[:1]), length[:-1]])
+    rod = mass * length**2 / 12.0
+    return multibody.Bodies(
+        offset=jnp.stack([previous, zero, zero], axis=1),
+        mass=mass,
+        com=jnp.stack([0.5 * length, zero, zero], axis=1),
+        inertia=jnp.stack([zero, rod, rod], axis=1)[:, :, None] * jnp.eye(3, dtype=length.dtype),
+    )
+
+
+def _gravity(p):
+    return jnp.stack([jnp.zeros_like(p["g"]), -p["g"], jnp.zeros_like(p["g"])])
+
+
+def multibody_system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
+    """The same chain, pin and parameters as :func:`system`, written as a kinematic tree, so that
+    :meth:`ukjax.System.motion` applies M⁻¹ by the articulated-body algorithm (O(n) per column) instead of
+    building M from the Lagrangian and factorizing it. The pin is the same constraint function (the tip by
+    :func:`tip`; ``Tree.point`` gives the same point); the motion is the same as :func:`system`'s to
+    round-off."""
+    chain = tree(links)
+    stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="quadratic") if stabilized else None
+    name = "tip pin" if copies == 1 else f"tip pin x{copies}"
+    return chain.system(
+        bodies,
+        _gravity,
         applied_force=joint_damping,
         constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
         coordinate_names=tuple(f"theta{i}" for i in range(links)),
