@@ -68,8 +68,9 @@ def _as_vector(value, name: str, where: str):
 
 
 def _jacobian(f, argnum, *args):
-    """∂f/∂args[argnum] by reverse mode when f has fewer rows than the argument has entries (one pullback per
-    row: a tip constraint of an n-link chain costs 2 passes, not n), else forward mode (one push per entry)."""
+    """∂f/∂args[argnum] by reverse mode when f has fewer rows than the argument has entries (one pullback
+    per row: a tip constraint of an n-link chain costs 2 passes, not n), else forward mode (one push per
+    entry)."""
     rows = jax.eval_shape(f, *args).shape[0]
     jacobian = jax.jacrev if rows < jnp.shape(args[argnum])[0] else jax.jacfwd
     return jacobian(f, argnums=argnum)(*args)

@@ -232,8 +232,8 @@ def uk_solve_with(solve, Q, A, b, c=None, *, method: str = "ldl", rtol=None):
     n, m = Q.shape[0], A.shape[0]
     if Q.ndim != 1 or A.shape != (m, n) or b.shape != (m,) or (c is not None and jnp.shape(c) != (n,)):
         raise ValueError(
-            f"uk_solve_with: expected Q (n,), A (m, n), b (m,), c (n,) or None; got Q {Q.shape}, A {A.shape}, "
-            f"b {b.shape}, c {None if c is None else jnp.shape(c)}"
+            f"uk_solve_with: expected Q (n,), A (m, n), b (m,), c (n,) or None; got Q {Q.shape}, "
+            f"A {A.shape}, b {b.shape}, c {None if c is None else jnp.shape(c)}"
         )
     rtol = gram_rtol(m, n, Q.dtype) if rtol is None else rtol
     A, b = _normal_form(A, b)

@@ -93,11 +93,11 @@ class Bodies(eqx.Module):
         com: (n, 3) centres of mass in the body frames, m.
         inertia: (n, 3, 3) rotational inertias about the centres of mass in the body frames, kg m²
             (symmetric positive semi-definite).
-        rotation: optional (n, 3, 3) rotation E_T of joint i's frame relative to its parent's frame (joint-frame
-            coordinates = E_T parent coordinates); ``None`` means identity for every joint.
+        rotation: optional (n, 3, 3) rotation E_T of joint i's frame relative to its parent's frame
+            (joint-frame coordinates = E_T parent coordinates); ``None`` means identity for every joint.
 
-    Body i's frame is joint i's frame moved by the joint: turned by q_i about the axis, or shifted by q_i along
-    it.
+    Body i's frame is joint i's frame moved by the joint: turned by q_i about the axis, or shifted by q_i
+    along it.
     """
 
     offset: jax.Array
@@ -149,10 +149,11 @@ def _add(a, b):
 class Tree(eqx.Module):
     """A kinematic tree: body i hangs from body ``parents[i]`` (-1: the world) by ``joints[i]``.
 
-    Parents come before children (``parents[i] < i``), so q_i is the coordinate of joint i and n = len(joints).
-    The methods take the configuration q (n,), rates q̇ (n,), a :class:`Bodies` and, where gravity acts, the
-    gravity vector g (3,) in world coordinates (m/s²). The recursions run as ``lax.scan`` over the bodies of a
-    serial chain (one compiled body step, whatever n) and as unrolled loops over a branched tree.
+    Parents come before children (``parents[i] < i``), so q_i is the coordinate of joint i and
+    n = len(joints). The methods take the configuration q (n,), rates q̇ (n,), a :class:`Bodies` and, where
+    gravity acts, the gravity vector g (3,) in world coordinates (m/s²). The recursions run as ``lax.scan``
+    over the bodies of a serial chain (one compiled body step, whatever n) and as unrolled loops over a
+    branched tree.
     """
 
     parents: tuple[int, ...] = eqx.field(static=True)
@@ -166,7 +167,9 @@ class Tree(eqx.Module):
             )
         for i, parent in enumerate(self.parents):
             if not isinstance(parent, int) or not -1 <= parent < i:
-                raise ValueError(f"parents[{i}] = {parent!r}: a parent must be -1 (the world) or a body < {i}")
+                raise ValueError(
+                    f"parents[{i}] = {parent!r}: a parent must be -1 (the world) or a body < {i}"
+                )
         for joint in self.joints:
             if not isinstance(joint, Joint):
                 raise TypeError(f"joints must be ukjax.multibody.Joint (revolute/prismatic), got {joint!r}")
@@ -197,7 +200,9 @@ class Tree(eqx.Module):
             expected["rotation"] = (n, 3, 3)
         for name, shape in expected.items():
             if jnp.shape(getattr(bodies, name)) != shape:
-                raise ValueError(f"Bodies.{name} has shape {jnp.shape(getattr(bodies, name))}; expected {shape}")
+                raise ValueError(
+                    f"Bodies.{name} has shape {jnp.shape(getattr(bodies, name))}; expected {shape}"
+                )
         return q
 
     # ------------------------------------------------------------------ recursions
@@ -230,9 +235,9 @@ class Tree(eqx.Module):
         return jnp.asarray(np.stack([joint.subspace for joint in self.joints]), dtype)
 
     def _joint_transforms(self, q, bodies: Bodies):
-        """(E, r) (n, 3, 3), (n, 3) of every ^iX_λ = X_J(q_i) X_T(i): E = E_J E_T, r = r_T + E_Tᵀ r_J, all joints
-        at once. Revolute: E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0; prismatic:
-        E_J = 1, r_J = q a (Featherstone Table 4.1)."""
+        """(E, r) (n, 3, 3), (n, 3) of every ^iX_λ = X_J(q_i) X_T(i): E = E_J E_T, r = r_T + E_Tᵀ r_J, all
+        joints at once. Revolute: E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0;
+        prismatic: E_J = 1, r_J = q a (Featherstone Table 4.1)."""
         dtype = jnp.result_type(q, bodies.offset)
         axes = np.stack([joint.axis for joint in self.joints])
         revolute = np.asarray([joint.kind == "revolute" for joint in self.joints])
@@ -302,7 +307,8 @@ class Tree(eqx.Module):
         return jnp.stack([jnp.stack([zero if x is None else x for x in row]) for row in rows])
 
     def _velocities(self, X, S, qd):
-        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i and velocity-product accelerations c_i = v_i ×ₘ S_i q̇_i."""
+        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i and velocity-product accelerations
+        c_i = v_i ×ₘ S_i q̇_i."""
 
         def step(v_parent, x):
             X_i, v_joint = x

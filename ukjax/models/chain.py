@@ -175,7 +175,8 @@ def system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
 
 
 def tree(links: int) -> multibody.Tree:
-    """The chain as a :class:`ukjax.multibody.Tree`: ``links`` revolute joints about z, body i on body i - 1."""
+    """The chain as a :class:`ukjax.multibody.Tree`: ``links`` revolute joints about z, body i on body
+    i - 1."""
     _check_links(links)
     return multibody.Tree.chain([multibody.revolute((0.0, 0.0, 1.0))] * links)
 
