@@ -1,0 +1,350 @@
+"""ukjax.multibody against an independent Lagrangian of the same bodies, and the UK equation through M⁻¹.
+
+The reference builds every body's world pose with 4 x 4 homogeneous matrices and joint rotations from unit
+quaternions, writes T = Σ ½ m |ċ|² + ½ ωᵀ I ω and V = -Σ m g·c, and
+derives M and Q by Lagrange's equations (``ukjax.System.from_lagrangian``): it shares no code with the spatial
+algebra, CRBA, RNEA or ABA of ``ukjax.multibody``. Tolerances: both sides are float64 evaluations of the same
+smooth functions of O(1) size, so they agree to ~1e-12 (1e-10 allows for the n-fold recursion and the
+conditioning of M, ~1e2 here).
+"""
+
+from __future__ import annotations
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+from ukjax import dynamics, multibody
+from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
+from ukjax.models import chain
+
+RNG = np.random.default_rng(7)
+# A branched tree: 0 on the world; 1 and 3 on 0; 2 on 1; 4 on 3. Mixed joints, tilted axes.
+PARENTS = (-1, 0, 1, 0, 3)
+JOINTS = (
+    multibody.revolute((0.0, 0.0, 1.0)),
+    multibody.revolute((1.0, 0.2, 0.0)),
+    multibody.prismatic((0.3, -0.5, 1.0)),
+    multibody.revolute((0.0, 1.0, 0.4)),
+    multibody.revolute((0.6, 0.0, -0.8)),
+)
+N = len(JOINTS)
+GRAVITY = np.array([0.0, -9.81, -1.5])
+
+
+def _rotation(angles):
+    """A rotation matrix from three angles (Z-Y-X), for the fixed joint-frame rotations E_T."""
+    a, b, c = angles
+    Rz = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
+    Ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
+    Rx = np.array([[1, 0, 0], [0, np.cos(c), -np.sin(c)], [0, np.sin(c), np.cos(c)]])
+    return Rz @ Ry @ Rx
+
+
+def _random_params(rotated: bool, n: int = N):
+    inertia = []
+    for _ in range(n):
+        L = RNG.normal(size=(3, 3))
+        inertia.append(L @ L.T * 0.05 + 0.02 * np.eye(3))
+    p = {
+        "offset": jnp.asarray(RNG.normal(size=(n, 3)) * 0.4),
+        "mass": jnp.asarray(RNG.uniform(0.5, 2.0, n)),
+        "com": jnp.asarray(RNG.normal(size=(n, 3)) * 0.2),
+        "inertia": jnp.asarray(np.stack(inertia)),
+        "g": jnp.asarray(GRAVITY),
+    }
+    if rotated:
+        p["rotation"] = jnp.asarray(np.stack([_rotation(RNG.normal(size=3)) for _ in range(n)]))
+    return p
+
+
+def _bodies(p):
+    return multibody.Bodies(p["offset"], p["mass"], p["com"], p["inertia"], p.get("rotation"))
+
+
+def _quaternion_rotation(a, angle):
+    """The rotation by ``angle`` about unit ``a`` from the unit quaternion (cos(angle/2), sin(angle/2) a)."""
+    w, (x, y, z) = jnp.cos(angle / 2), jnp.sin(angle / 2) * a
+    return jnp.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def _reference_poses(q, p, joints=JOINTS, parents=PARENTS):
+    """World (R_i, o_i) of every body from 4 x 4 homogeneous matrices: T_i = T_parent · Trans(r_T) · Rot(E_Tᵀ)
+    · Joint(q_i), with Joint a rotation (from a quaternion) or a translation q a (independent of
+    ukjax.multibody)."""
+    poses = []
+    for i, joint in enumerate(joints):
+        a = jnp.asarray(joint.axis)
+        placement = jnp.eye(4).at[:3, 3].set(p["offset"][i])
+        if "rotation" in p:
+            placement = placement.at[:3, :3].set(p["rotation"][i].T)  # E_T maps parent to joint coordinates
+        move = jnp.eye(4)
+        if joint.kind == "revolute":
+            move = move.at[:3, :3].set(_quaternion_rotation(a, q[i]))
+        else:
+            move = move.at[:3, 3].set(a * q[i])
+        T = placement @ move
+        poses.append(T if parents[i] < 0 else poses[parents[i]] @ T)
+    return poses
+
+
+def _reference_energies(joints=JOINTS, parents=PARENTS):
+    def kinetic(q, qd, t, p):
+        def centres_and_rotations(q_):
+            poses = _reference_poses(q_, p, joints, parents)
+            centres = jnp.stack([T[:3, :3] @ p["com"][i] + T[:3, 3] for i, T in enumerate(poses)])
+            return centres, jnp.stack([T[:3, :3] for T in poses])
+
+        (_, R), (c_dot, R_dot) = jax.jvp(centres_and_rotations, (q,), (qd,))
+        total = 0.0
+        for i in range(len(joints)):
+            W = R[i].T @ R_dot[i]  # [ω_body]×
+            omega = jnp.stack([W[2, 1], W[0, 2], W[1, 0]])
+            total += 0.5 * p["mass"][i] * c_dot[i] @ c_dot[i] + 0.5 * omega @ p["inertia"][i] @ omega
+        return total
+
+    def potential(q, t, p):
+        poses = _reference_poses(q, p, joints, parents)
+        return -sum(p["mass"][i] * (T[:3, :3] @ p["com"][i] + T[:3, 3]) @ p["g"] for i, T in enumerate(poses))
+
+    return kinetic, potential
+
+
+TREE = multibody.Tree(PARENTS, JOINTS)
+
+
+@pytest.fixture(scope="module")
+def case():
+    """Joint frames turned by E_T (Bodies.rotation); the chain test below covers rotation=None."""
+    p = _random_params(True)
+    return p, jnp.asarray(RNG.normal(size=N)), jnp.asarray(RNG.normal(size=N))
+
+
+@jax.jit
+def _tree_and_reference(q, qd, qdd, B, p):
+    """Everything the tree computes, and the reference's M, Q, energies and poses, in one compiled call."""
+    bodies = _bodies(p)
+    kinetic, potential = _reference_energies()
+    reference = ukjax.System.from_lagrangian(kinetic, potential, N)
+    poses = _reference_poses(q, p)
+    R, o = TREE.frames(q, bodies)
+    local = jnp.array([0.1, -0.2, 0.3])
+    tree = {
+        "M": TREE.mass_matrix(q, bodies),
+        "Q": -TREE.bias_force(q, qd, bodies, p["g"]),
+        "solve": TREE.solve_mass(q, bodies, B),
+        "solve1": TREE.solve_mass(q, bodies, B[:, 0]),
+        "tau": TREE.inverse_dynamics(q, qd, qdd, bodies, p["g"]),
+        "forward": TREE.forward_dynamics(q, qd, B[:, 1], bodies, p["g"]),
+        "T": TREE.kinetic_energy(q, qd, bodies),
+        "V": TREE.potential_energy(q, bodies, p["g"]),
+        "R": R,
+        "o": o,
+        "point": TREE.point(q, bodies, 4, local),
+    }
+    M, Q = reference.mass_matrix(q, 0.0, p), reference.given_force(q, qd, 0.0, p)
+    ref = {
+        "M": M,
+        "Q": Q,
+        "solve": jnp.linalg.solve(M, B),
+        "solve1": jnp.linalg.solve(M, B[:, 0]),
+        "tau": M @ qdd - Q,
+        "forward": jnp.linalg.solve(M, B[:, 1] + Q),
+        "T": kinetic(q, qd, 0.0, p),
+        "V": potential(q, 0.0, p),
+        "R": jnp.stack([T[:3, :3] for T in poses]),
+        "o": jnp.stack([T[:3, 3] for T in poses]),
+        "point": poses[4][:3, :3] @ local + poses[4][:3, 3],
+    }
+    return tree, ref
+
+
+def test_tree_matches_independent_lagrangian(case):
+    p, q, qd = case
+    qdd, B = jnp.asarray(RNG.normal(size=N)), jnp.asarray(RNG.normal(size=(N, 3)))
+    tree, ref = _tree_and_reference(q, qd, qdd, B, p)
+    for key in ref:
+        np.testing.assert_allclose(tree[key], ref[key], atol=1e-10, rtol=1e-12, err_msg=key)
+
+
+def test_serial_chain_matches_independent_lagrangian():
+    """A serial chain runs its recursions as lax.scan (the branched tree above: unrolled loops); both are
+    checked against the independent Lagrangian."""
+    joints = (multibody.revolute((0, 0, 1)), multibody.prismatic((1, 0, 0)), multibody.revolute((0, 1, 0)),
+              multibody.revolute((1, 1, 0)))
+    parents = (-1, 0, 1, 2)
+    tree = multibody.Tree.chain(joints)
+    assert tree.is_chain and not TREE.is_chain
+    kinetic, potential = _reference_energies(joints, parents)
+    reference = ukjax.System.from_lagrangian(kinetic, potential, 4)
+    p = _random_params(False, 4)
+    q, qd = jnp.asarray(RNG.normal(size=4)), jnp.asarray(RNG.normal(size=4))
+    B = jnp.asarray(RNG.normal(size=(4, 2)))
+
+    @jax.jit
+    def both(q, qd, B, p):
+        bodies = _bodies(p)
+        M_ref = reference.mass_matrix(q, 0.0, p)
+        ours = (
+            tree.mass_matrix(q, bodies),
+            -tree.bias_force(q, qd, bodies, p["g"]),
+            tree.solve_mass(q, bodies, B),
+        )
+        return ours, (M_ref, reference.given_force(q, qd, 0.0, p), jnp.linalg.solve(M_ref, B))
+
+    for ours, ref in zip(*both(q, qd, B, p), strict=True):
+        np.testing.assert_allclose(ours, ref, atol=1e-10, rtol=1e-12)
+
+
+# ----------------------------------------------------- the UK equation through the tree (chain model)
+LINKS = 5
+
+
+@pytest.fixture(scope="module")
+def chains():
+    p = chain.default_params(LINKS)
+    q0s, qd0s = chain.scenarios(p, 3, speed=0.8, seed=3)
+    q = q0s[1] + jnp.asarray(RNG.normal(size=LINKS)) * 0.2
+    return p, q, qd0s[1]
+
+
+# m = 2 < n, and m = 6 > n = 5 (redundant: the normal form), each with one of the two Cholesky forms
+@pytest.mark.parametrize(("copies", "method"), [(1, "ldl"), (3, "cholesky")])
+def test_tree_system_matches_lagrangian_system(chains, copies, method):
+    p, q, qd = chains
+    dense, tree = chain.system(LINKS, copies=copies), chain.multibody_system(LINKS, copies=copies)
+    a, b = dense.motion(q, qd, 0.0, p, method=method), tree.motion(q, qd, 0.0, p, method=method)
+    np.testing.assert_allclose(b.qdd, a.qdd, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(b.constraint_force.total, a.constraint_force.total, rtol=1e-9, atol=1e-9)
+    # against the reference form (SVD of B = A M^{-1/2}, no shared solve)
+    svd = dense.acceleration(q, qd, 0.0, p, method="svd")
+    np.testing.assert_allclose(b.qdd, svd, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(b.A @ b.qdd, b.b, atol=1e-8)
+
+
+def test_tree_system_jit_vmap_grad(chains):
+    p, q, qd = chains
+    system = chain.multibody_system(LINKS)
+    plain = system.acceleration(q, qd, 0.0, p)
+    jitted = jax.jit(lambda q_, qd_, p_: system.acceleration(q_, qd_, 0.0, p_))(q, qd, p)
+    np.testing.assert_allclose(jitted, plain, atol=1e-12)
+    qs, qds = jnp.stack([q, q + 0.01]), jnp.stack([qd, -qd])
+    batched = jax.vmap(lambda q_, qd_: system.acceleration(q_, qd_, 0.0, p))(qs, qds)
+    np.testing.assert_allclose(batched[0], plain, atol=1e-12)
+
+    @jax.jit
+    def loss(mass):
+        return jnp.sum(system.acceleration(q, qd, 0.0, {**p, "mass": mass}) ** 2)
+
+    grad = jax.jit(jax.grad(loss))(p["mass"])
+    h = 1e-6
+    for i in range(LINKS):
+        e = jnp.zeros(LINKS).at[i].set(h)
+        fd = (loss(p["mass"] + e) - loss(p["mass"] - e)) / (2 * h)
+        # central differences of an O(1e4) loss: truncation h² ~ 1e-12 relative, round-off eps/h ~ 1e-10
+        np.testing.assert_allclose(grad[i], fd, rtol=1e-6)
+
+
+def test_tree_simulation_matches_dense_simulation(chains):
+    p, _, _ = chains
+    q0s, qd0s = chain.scenarios(p, 2, speed=0.8, seed=3)
+    kw = dict(t1=0.2, dt0=5e-3, saveat=diffrax.SaveAt(t1=True))
+    dense = ukjax.simulate_batch(chain.system(LINKS), q0s, qd0s, p, **kw)
+    tree = ukjax.simulate_batch(chain.multibody_system(LINKS), q0s, qd0s, p, **kw)
+    assert bool(jnp.all(tree.ok))
+    np.testing.assert_allclose(tree.q, dense.q, atol=1e-10)
+    np.testing.assert_allclose(tree.qd, dense.qd, atol=1e-9)
+    np.testing.assert_allclose(tree.constraint_force.total, dense.constraint_force.total, atol=1e-8)
+
+
+def test_uk_solve_with_matches_dense_forms():
+    """uk_solve_with(M⁻¹ by a dense solve) against uk_solve on M, with a rank-deficient consistent A, with
+    redundant rows (m > n, the normal form) and a non-ideal vector; and inconsistent b with m > n, where the
+    normal form makes both Cholesky forms the least-squares acceleration of the SVD reference."""
+    n = 4
+    L = RNG.normal(size=(n, n))
+    M = jnp.asarray(L @ L.T + n * np.eye(n))
+    Q, c = jnp.asarray(RNG.normal(size=n)), jnp.asarray(RNG.normal(size=n))
+    base = RNG.normal(size=(2, n))
+    for A in (np.vstack([base, base.sum(0)]), np.vstack([base, 2 * base, base - base[::-1]])):  # m = 3, 6
+        A = jnp.asarray(A)
+        b = A @ jnp.asarray(RNG.normal(size=n))  # consistent
+        for method in ("ldl", "cholesky"):
+            qdd, force = dynamics.uk_solve_with(lambda B: jnp.linalg.solve(M, B), Q, A, b, c, method=method)
+            ref_qdd, ref_force = dynamics.uk_solve(M, Q, A, b, c, method="svd")
+            np.testing.assert_allclose(qdd, ref_qdd, atol=1e-10)
+            np.testing.assert_allclose(force.ideal, ref_force.ideal, atol=1e-10)
+            np.testing.assert_allclose(force.nonideal, ref_force.nonideal, atol=1e-10)
+    A = jnp.asarray(np.vstack([base, base + 1e-1 * RNG.normal(size=(2, n)), base[:1]]))  # m = 5 > n, rank 4
+    b = jnp.asarray(RNG.normal(size=5))  # inconsistent
+    ref = dynamics.uk_acceleration(M, Q, A, b, method="svd")
+    for method in ("ldl", "cholesky"):
+        np.testing.assert_allclose(dynamics.uk_acceleration(M, Q, A, b, method=method), ref, atol=1e-9)
+    with pytest.raises(ValueError, match="method must be one of"):
+        dynamics.uk_solve_with(lambda B: B, Q, A, b, method="svd")
+    with pytest.raises(ValueError, match="expected Q"):
+        dynamics.uk_solve_with(lambda B: B, Q, A[:, :3], b)
+
+
+def test_constraint_jacobians_by_either_mode_agree():
+    """Rows < coordinates use reverse mode, rows >= coordinates forward mode: both equal ∂φ/∂q by jacfwd."""
+    q, qd = jnp.asarray(RNG.normal(size=4)), jnp.asarray(RNG.normal(size=4))
+
+    def wide(q, t, p):  # 2 rows, 4 coordinates
+        return jnp.stack([jnp.sin(q[0]) * q[1] + q[2] ** 2 * t, jnp.cos(q[3] + q[0]) - p["k"] * q[1]])
+
+    def tall(q, t, p):  # 5 rows
+        return jnp.concatenate([wide(q, t, p), jnp.sin(q[:3]) * p["k"]])
+
+    p = {"k": jnp.asarray(0.7), "a": jnp.asarray(2.0), "b": jnp.asarray(3.0)}
+    stab = Baumgarte(gains=lambda p: (p["a"], p["b"]))
+    for phi in (wide, tall):
+
+        @jax.jit
+        def both(q, qd, p, phi=phi):
+            A, b = Holonomic(phi=phi, baumgarte=stab).second_order(q, qd, 0.3, p)
+            # b = -(d/dt φ̇ at q̈ = 0) - 2αφ̇ - β²φ, by second derivatives written out with jax.hessian
+            H = jax.hessian(phi)(q, 0.3, p)
+            phi_t = jax.jacfwd(phi, argnums=1)(q, 0.3, p)
+            J_t = jax.jacfwd(jax.jacfwd(phi), argnums=1)(q, 0.3, p)
+            phi_tt = jax.jacfwd(jax.jacfwd(phi, argnums=1), argnums=1)(q, 0.3, p)
+            J = jax.jacfwd(phi)(q, 0.3, p)
+            expected = -(jnp.einsum("ijk,j,k->i", H, qd, qd) + 2 * J_t @ qd + phi_tt)
+            expected = expected - 2 * p["a"] * (J @ qd + phi_t) - p["b"] ** 2 * phi(q, 0.3, p)
+            return (A, b), (J, expected)
+
+        for ours, ref in zip(*both(q, qd, p), strict=True):
+            np.testing.assert_allclose(ours, ref, atol=1e-12)
+
+    def psi(q, qd, t, p):  # 1 row: reverse mode
+        return jnp.stack([qd[0] * jnp.cos(q[1]) + qd[2] * qd[3] * p["k"]])
+
+    A, _ = Nonholonomic(psi=psi).second_order(q, qd, 0.0, p)
+    np.testing.assert_allclose(A, jax.jacfwd(psi, argnums=1)(q, qd, 0.0, p), atol=1e-14)
+
+
+def test_bad_trees_and_bodies_are_refused():
+    with pytest.raises(ValueError, match="parent must be -1"):
+        multibody.Tree((0, 0), JOINTS[:2])
+    with pytest.raises(ValueError, match="one parent per joint"):
+        multibody.Tree((-1,), JOINTS[:2])
+    with pytest.raises(ValueError, match="unit 3-vector"):
+        multibody.Joint("revolute", (0.0, 0.0, 2.0))
+    with pytest.raises(ValueError, match="nonzero finite"):
+        multibody.revolute((0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="joint kind"):
+        multibody.Joint("spherical", (0.0, 0.0, 1.0))
+    p = _random_params(False)
+    with pytest.raises(ValueError, match="this tree has n = 5"):
+        TREE.mass_matrix(jnp.zeros(4), _bodies(p))
+    with pytest.raises(ValueError, match=r"Bodies.com has shape"):
+        TREE.mass_matrix(jnp.zeros(5), multibody.Bodies(p["offset"], p["mass"], p["com"][:4], p["inertia"]))
+    with pytest.raises(ValueError, match="solve_mass expects B"):
+        TREE.solve_mass(jnp.zeros(5), _bodies(p), jnp.zeros((4, 2)))
