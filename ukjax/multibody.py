@@ -129,10 +129,32 @@ def _force_cross(v, f):
     return jnp.concatenate([_cross(v[:3], f[:3]) + _cross(v[3:], f[3:]), _cross(v[:3], f[3:])])
 
 
-def _plucker(E, r):
-    """The 6 x 6 motion transform rot(E) xlt(r) = [[E, 0], [-E [r]×, E]] (Featherstone eq. 2.24)."""
-    zero = jnp.zeros((3, 3), E.dtype)
-    return jnp.block([[E, zero], [-_mm(E, _skew(r)), E]])
+def _to_child(E, r, m):
+    """^iX_λ m for motion vectors m (6,) or (6, k): (E m_ω, E (m_v - r × m_ω)), X = rot(E) xlt(r)
+    (Featherstone eq. 2.24), without forming the 6 x 6 matrix."""
+    return jnp.concatenate([_mm(E, m[:3]), _mm(E, m[3:] - _cross(_column(r, m), m[:3]))])
+
+
+def _to_parent(E, r, f):
+    """^iX_λᵀ f for force vectors f (6,) or (6, k): (Eᵀ n + r × Eᵀ f, Eᵀ f)."""
+    force = _mm(E.T, f[3:])
+    return jnp.concatenate([_mm(E.T, f[:3]) + _cross(_column(r, force), force), force])
+
+
+def _inertia_to_parent(E, r, I):
+    """^iX_λᵀ I ^iX_λ of a symmetric 6 x 6 (articulated) inertia by 3 x 3 blocks: with I = [[A, B], [Bᵀ, C]],
+    A' = EᵀAE, B' = EᵀBE, C' = EᵀCE and K = B' + [r]×C', the result is [[A' + [r]×B'ᵀ - K[r]×, K],
+    [Kᵀ, C']] (about half the products of the 6 x 6 congruence)."""
+    Et = E.T
+    A, B, C = (_mm(Et, _mm(block, E)) for block in (I[:3, :3], I[:3, 3:], I[3:, 3:]))
+    R = _skew(r)
+    K = B + _mm(R, C)
+    return jnp.block([[A + _mm(R, B.T) - _mm(K, R), K], [K.T, C]])
+
+
+def _column(r, like):
+    """r shaped to broadcast against ``like`` (a 3-vector, or 3 x k columns)."""
+    return r if like.ndim == 1 else r[:, None]
 
 
 def _spatial_inertia(mass, com, inertia):
@@ -252,9 +274,6 @@ class Tree(eqx.Module):
         E_T = bodies.rotation
         return jnp.einsum("nij,njk->nik", E_J, E_T), bodies.offset + jnp.einsum("nji,nj->ni", E_T, r_J)
 
-    def _plucker_transforms(self, q, bodies: Bodies):
-        return jax.vmap(_plucker)(*self._joint_transforms(q, bodies))
-
     def frames(self, q, bodies: Bodies):
         """World pose of every body frame: rotations R (n, 3, 3), world = R body coordinates, and origins
         p (n, 3) (m)."""
@@ -285,37 +304,36 @@ class Tree(eqx.Module):
         """M(q) (n, n) by the composite-rigid-body algorithm (Featherstone Table 6.2): composite inertias
         leaves to root, then M_ij = S_iᵀ ^iX_jᵀ... along each body's path to the root, O(n·depth)."""
         q = self._checked(q, bodies)
-        X = self._plucker_transforms(q, bodies)
-        S = self._subspaces(X.dtype)
+        E, r = self._joint_transforms(q, bodies)
+        S = self._subspaces(E.dtype)
 
         def step(incoming, x):
-            X_i, inertia = x
+            E_i, r_i, inertia = x
             composite = inertia + incoming
-            return _mm(X_i.T, _mm(composite, X_i)), composite
+            return _inertia_to_parent(E_i, r_i, composite), composite
 
-        composite = self._up(step, jnp.zeros((6, 6), X.dtype), (X, self._inertias(bodies)))
+        composite = self._up(step, jnp.zeros((6, 6), E.dtype), (E, r, self._inertias(bodies)))
         rows = [[None] * self.n for _ in range(self.n)]
         for i in range(self.n):
             F = _mm(composite[i], S[i])
             rows[i][i] = jnp.dot(S[i], F)
             j = i
             while self.parents[j] >= 0:
-                F = _mm(X[j].T, F)
+                F = _to_parent(E[j], r[j], F)
                 j = self.parents[j]
                 rows[i][j] = rows[j][i] = jnp.dot(S[j], F)
-        zero = jnp.zeros((), X.dtype)
+        zero = jnp.zeros((), E.dtype)
         return jnp.stack([jnp.stack([zero if x is None else x for x in row]) for row in rows])
 
-    def _velocities(self, X, S, qd):
-        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i and velocity-product accelerations
-        c_i = v_i ×ₘ S_i q̇_i."""
+    def _velocities(self, E, r, S, qd):
+        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i."""
 
         def step(v_parent, x):
-            X_i, v_joint = x
-            v = _mm(X_i, v_parent) + v_joint
-            return v, (v, _motion_cross(v, v_joint))
+            E_i, r_i, v_joint = x
+            v = _to_child(E_i, r_i, v_parent) + v_joint
+            return v, v
 
-        return self._down(step, jnp.zeros(6, X.dtype), (X, S * qd[:, None]))
+        return self._down(step, jnp.zeros(6, E.dtype), (E, r, S * qd[:, None]))
 
     def bias_force(self, q, qd, bodies: Bodies, gravity):
         """C(q, q̇) = τ needed for q̈ = 0: Coriolis, centrifugal and gravity terms (n,), by the recursive
@@ -325,27 +343,28 @@ class Tree(eqx.Module):
     def inverse_dynamics(self, q, qd, qdd, bodies: Bodies, gravity):
         """τ = M(q) q̈ + C(q, q̇) (n,) by the recursive Newton-Euler algorithm; ``qdd=None`` means q̈ = 0."""
         q = self._checked(q, bodies, qd)
-        X = self._plucker_transforms(q, bodies)
-        S = self._subspaces(X.dtype)
-        velocity, bias = self._velocities(X, S, qd)
-        if qdd is not None:
-            bias = bias + S * jnp.asarray(qdd)[:, None]
-        base = jnp.concatenate([jnp.zeros(3, X.dtype), -jnp.asarray(gravity, X.dtype)])
-        inertia = self._inertias(bodies)
+        E, r = self._joint_transforms(q, bodies)
+        S = self._subspaces(E.dtype)
+        joint_acceleration = jnp.zeros_like(S) if qdd is None else S * jnp.asarray(qdd)[:, None]
+        base = jnp.concatenate([jnp.zeros(3, E.dtype), -jnp.asarray(gravity, E.dtype)])
 
-        def forward(a_parent, x):
-            X_i, c_i, v, I = x
-            a = _mm(X_i, a_parent) + c_i
-            return a, _mm(I, a) + _force_cross(v, _mm(I, v))
+        def forward(parent, x):
+            # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
+            v_parent, a_parent = parent
+            E_i, r_i, v_joint, a_joint, I = x
+            v = _to_child(E_i, r_i, v_parent) + v_joint
+            a = _to_child(E_i, r_i, a_parent) + a_joint + _motion_cross(v, v_joint)
+            return (v, a), _mm(I, a) + _force_cross(v, _mm(I, v))
 
-        force = self._down(forward, base, (X, bias, velocity, inertia))
+        rest = (jnp.zeros(6, E.dtype), base)
+        force = self._down(forward, rest, (E, r, S * qd[:, None], joint_acceleration, self._inertias(bodies)))
 
         def backward(incoming, x):
-            X_i, f, S_i = x
+            E_i, r_i, f, S_i = x
             total = f + incoming
-            return _mm(X_i.T, total), jnp.sum(S_i * total)
+            return _to_parent(E_i, r_i, total), jnp.sum(S_i * total)
 
-        return self._up(backward, jnp.zeros(6, X.dtype), (X, force, S))
+        return self._up(backward, jnp.zeros(6, E.dtype), (E, r, force, S))
 
     def solve_mass(self, q, bodies: Bodies, B):
         """M(q)⁻¹ B for B of shape (n,) or (n, k), by the articulated-body algorithm (Featherstone Table 7.1)
@@ -357,13 +376,13 @@ class Tree(eqx.Module):
         if B.ndim not in (1, 2) or B.shape[0] != self.n:
             raise ValueError(f"solve_mass expects B of shape ({self.n},) or ({self.n}, k), got {B.shape}")
         columns = B if B.ndim == 2 else B[:, None]
-        X = self._plucker_transforms(q, bodies)
-        X = X.astype(jnp.result_type(X, columns))
-        S = self._subspaces(X.dtype)
+        dtype = jnp.result_type(q, bodies.offset, columns)
+        E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        S = self._subspaces(dtype)
         k = columns.shape[1]
 
         def backward(incoming, x):
-            X_i, I, S_i, tau = x
+            E_i, r_i, I, S_i, tau = x
             I_in, p_in = incoming
             articulated = I + I_in
             U = _mm(articulated, S_i)
@@ -371,18 +390,19 @@ class Tree(eqx.Module):
             u = tau - _mm(S_i[None, :], p_in)[0]
             reduced = articulated - D_inv * U[:, None] * U[None, :]
             pa = p_in + D_inv * U[:, None] * u[None, :]
-            return (_mm(X_i.T, _mm(reduced, X_i)), _mm(X_i.T, pa)), (U, D_inv, u)
+            return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
 
-        zero = (jnp.zeros((6, 6), X.dtype), jnp.zeros((6, k), X.dtype))
-        U, D_inv, u = self._up(backward, zero, (X, self._inertias(bodies).astype(X.dtype), S, columns))
+        zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
+        inertia = self._inertias(bodies).astype(dtype)
+        U, D_inv, u = self._up(backward, zero, (E, r, inertia, S, columns))
 
         def forward(a_parent, x):
-            X_i, S_i, U_i, D_inv_i, u_i = x
-            a = _mm(X_i, a_parent)
+            E_i, r_i, S_i, U_i, D_inv_i, u_i = x
+            a = _to_child(E_i, r_i, a_parent)
             qdd = D_inv_i * (u_i - _mm(U_i[None, :], a)[0])
             return a + S_i[:, None] * qdd[None, :], qdd
 
-        qdd = self._down(forward, jnp.zeros((6, k), X.dtype), (X, S, U, D_inv, u))
+        qdd = self._down(forward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, u))
         return qdd if B.ndim == 2 else qdd[:, 0]
 
     def forward_dynamics(self, q, qd, tau, bodies: Bodies, gravity):
@@ -393,8 +413,8 @@ class Tree(eqx.Module):
     def kinetic_energy(self, q, qd, bodies: Bodies):
         """T = ½ Σ v_iᵀ I_i v_i (J)."""
         q = self._checked(q, bodies, qd)
-        X = self._plucker_transforms(q, bodies)
-        velocity, _ = self._velocities(X, self._subspaces(X.dtype), qd)
+        E, r = self._joint_transforms(q, bodies)
+        velocity = self._velocities(E, r, self._subspaces(E.dtype), qd)
         inertia = self._inertias(bodies)
         return 0.5 * jnp.sum(velocity * jnp.einsum("nij,nj->ni", inertia, velocity))
 
