@@ -88,6 +88,7 @@ def test_site_documents_the_api(site):
         "examples/sweeps",
         "examples/servo",
         "api/plot",
+        "api/multibody",
         "api/models",
         "api/tune",
         "api/sweep",

@@ -33,3 +33,16 @@ def test_readme_tuning_example_lowers_the_loss():
               if isinstance(line, str) and line.startswith("step")]
     assert len(values) == 15 and values[-1] < values[0] / 10, values
     assert float(namespace["log_k"]) > 0.0
+
+
+def test_readme_tree_example_runs():
+    """The third block (kinematic trees) runs as printed: every scenario succeeds and the pin holds."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 3 and "multibody.Tree.chain" in blocks[2], "README has no kinematic-tree example"
+    namespace = {"print": lambda *args, **kwargs: None}
+    exec(compile(blocks[2], "README.md", "exec"), namespace)
+    sol = namespace["sol"]
+    assert bool(sol.ok.all())
+    # Baumgarte-stabilized from consistent starts, Tsit5 at 5 ms on 32 links: the step's truncation error leaves
+    # |φ| at ~5e-8 m after 1 s (measured 4.6e-8); 1e-6 m fails a broken pin or solve by orders of magnitude
+    assert float(abs(sol.position_residual).max()) < 1e-6

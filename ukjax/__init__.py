@@ -5,6 +5,7 @@ Importing ukjax changes no global JAX setting: call :func:`ukjax.enable_float64`
 :mod:`ukjax._config`).
 """
 
+from ukjax import multibody as multibody
 from ukjax import plot as plot
 from ukjax import tune as tune
 from ukjax._checks import InputStatus as InputStatus
