@@ -43,6 +43,6 @@ def test_readme_tree_example_runs():
     exec(compile(blocks[2], "README.md", "exec"), namespace)
     sol = namespace["sol"]
     assert bool(sol.ok.all())
-    # Baumgarte-stabilized from consistent starts, Tsit5 at 5 ms on 32 links: the step's truncation error leaves
-    # |φ| at ~5e-8 m after 1 s (measured 4.6e-8); 1e-6 m fails a broken pin or solve by orders of magnitude
+    # Baumgarte-stabilized from consistent starts, Tsit5 at 5 ms on 32 links: the step's truncation error
+    # leaves |φ| at ~5e-8 m after 1 s (measured 4.6e-8); a broken pin or solve misses 1e-6 m by far
     assert float(abs(sol.position_residual).max()) < 1e-6
