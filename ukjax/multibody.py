@@ -302,7 +302,8 @@ class Tree(eqx.Module):
 
     def mass_matrix(self, q, bodies: Bodies):
         """M(q) (n, n) by the composite-rigid-body algorithm (Featherstone Table 6.2): composite inertias
-        leaves to root, then M_ij = S_iᵀ ^iX_jᵀ... along each body's path to the root, O(n·depth)."""
+        leaves to root, then F = I^c_i S_i carried towards the root, M_ij = S_jᵀ F at every ancestor j,
+        O(n·depth)."""
         q = self._checked(q, bodies)
         E, r = self._joint_transforms(q, bodies)
         S = self._subspaces(E.dtype)

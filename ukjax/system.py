@@ -440,7 +440,12 @@ class System(eqx.Module):
             )
         return M, Q
 
-    def _solve_mass(self, q, t, p, B):
+    def solve_mass(self, q, t, p, B):
+        """M(q)⁻¹B for B of shape (n,) or (n, k): by ``mass_solve`` where the system has one, else by a
+        Cholesky factorization of :meth:`mass_matrix` (:func:`ukjax.linalg.cholesky`)."""
+        B = jnp.asarray(B)
+        if self.mass_solve is None:
+            return cho_solve(cholesky(self.mass_matrix(q, t, p)), B)
         X = jnp.asarray(self.mass_solve(q, t, p, B))
         if X.shape != B.shape:
             raise ValueError(f"mass_solve(q, t, p, B) returned shape {X.shape}; expected {B.shape}")
@@ -519,7 +524,7 @@ class System(eqx.Module):
             self._refuse_clearance("solver='uk'")
             Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
             qdd, reaction = dynamics.uk_solve_with(
-                lambda B: self._solve_mass(q, t, p, B), Q, A, b, c, method=method, rtol=rtol
+                lambda B: self.solve_mass(q, t, p, B), Q, A, b, c, method=method, rtol=rtol
             )
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         if force is None:
@@ -730,8 +735,9 @@ def compose(
     """Join subsystems into one system and add the constraints that connect them (Orsino, seed 003 §2-3).
 
     The coordinates are stacked in the order of ``subsystems`` (a mapping name -> System), as recorded in the
-    result's ``layout`` (:class:`Layout`); the mass matrix is block diagonal and the given forces are stacked
-    (seed 003 §2: M and f come from the lowest level, with its modular decoupling). The parameters of the
+    result's ``layout`` (:class:`Layout`); the mass matrix is block diagonal (``mass_solve`` solves it block by
+    block, each subsystem by its own ``mass_solve`` or a Cholesky of its block) and the given forces are
+    stacked (seed 003 §2: M and f come from the lowest level, with its modular decoupling). The parameters of the
     composed system are a dict ``{name: p_name, ...}`` holding each subsystem's parameters under its name,
     plus any entries the connecting constraints read. Connection functions receive the full stacked q (q̇)
     and the full dict p; ``Layout.of(subsystems).split(q)`` gives them each subsystem's own coordinates.
@@ -761,6 +767,12 @@ def compose(
 
     def force(q, qd, t, p):
         parts = [subsystems[k].given_force(q[slices[k]], qd[slices[k]], t, p[k]) for k in names]
+        return jnp.concatenate(parts)
+
+    def mass_solve(q, t, p, B):
+        # M is block diagonal (Orsino 2017 §2): each subsystem solves its own rows, by its own mass_solve or
+        # a Cholesky of its small block, instead of one factorization of the n x n matrix.
+        parts = [subsystems[k].solve_mass(q[slices[k]], t, p[k], B[slices[k]]) for k in names]
         return jnp.concatenate(parts)
 
     nonideal = None
@@ -843,4 +855,5 @@ def compose(
         coordinate_names=coordinate_names,
         layout=layout,
         levels=tuple(levels),
+        mass_solve=mass_solve,
     )
