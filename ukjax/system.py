@@ -739,8 +739,9 @@ def compose(
     block by block, each subsystem by its own ``mass_solve`` or a Cholesky of its block) and the given forces
     are stacked (seed 003 §2: M and f come from the lowest level, with its modular decoupling). The
     parameters of the composed system are a dict ``{name: p_name, ...}`` holding each subsystem's parameters
-    under its name, plus any entries the connecting constraints read. Connection functions receive the full stacked q (q̇)
-    and the full dict p; ``Layout.of(subsystems).split(q)`` gives them each subsystem's own coordinates.
+    under its name, plus any entries the connecting constraints read. Connection functions receive the full
+    stacked q (q̇) and the full dict p; ``Layout.of(subsystems).split(q)`` gives them each subsystem's own
+    coordinates.
 
     Levels (seed 003 §2, Fig. 4): the subsystems' hierarchies are stacked bottom up: level r of the result
     joins level r of every subsystem that has one (their blocks touch disjoint coordinates, seed 003 §2), and
