@@ -163,19 +163,32 @@ class _Eq35Factors(eqx.Module):
 
 
 def _normal_form(A, b):
-    """(A, b), or (AᵀA, Aᵀb) when there are more rows than coordinates (m > n, redundant constraints).
+    """(A, b), or the n rows (R, Q₁ᵀb) of a Householder QR of A = Q R when there are more constraint rows than
+    coordinates (m > n, redundant constraints).
 
-    AᵀA q̈ = Aᵀb is consistent for every b and its solutions are the least-squares solutions of A q̈ = b
-    (exactly the solutions when b is consistent), and range(AᵀA) = range(Aᵀ), so the Cholesky forms give the
-    same q̈ and the same ideal force in range(Aᵀ), from an n x n G = AᵀA M⁻¹AᵀA instead of an m x m one
-    (O(n³ + m n²) instead of O(m³)); with ``method="ldl"`` the result is then the least-squares
-    acceleration for inconsistent b too. The price: G's eigenvalues go as σ(B)⁴ instead of σ(B)², so the
-    rank tolerance drops directions with σ/σ₁ below about rtol^(1/4) (5e-4 at the float64 default, n = 32)
-    instead of rtol^(1/2); near-singular redundant constraints want ``method="svd"``.
+    Q is orthogonal, so A q̈ = b and R q̈ = Q₁ᵀb have the same least-squares solutions (the same solutions when
+    b is consistent, Q₂ᵀb = 0 then) and range(Rᵀ) = range(Aᵀ) with the same singular values: the Cholesky
+    forms give the same q̈ and an ideal force in range(Aᵀ), from an n x n G = R M⁻¹Rᵀ instead of an m x m one
+    (O(m n²) for the QR and O(n³) for G, instead of O(m³)), with the conditioning of the uncompressed form;
+    with ``method="ldl"`` the result is then the least-squares acceleration for inconsistent b too. The
+    reflections are applied to [A | b] together; columns already zero below the diagonal (a coordinate no
+    remaining row touches) are skipped without a division (finite derivatives).
     """
-    if A.shape[0] <= A.shape[1]:
+    m, n = A.shape
+    if m <= n:
         return A, b
-    return A.T @ A, A.T @ b
+    W = jnp.concatenate([A, b[:, None]], axis=1)
+    for j in range(n):
+        x = W[j:, j]
+        tail = x @ x
+        nonzero = tail > 0
+        norm = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, tail, 1.0)), 0.0)
+        alpha = -jnp.where(x[0] >= 0, 1.0, -1.0) * norm  # H x = alpha e_1, sign against cancellation
+        v = x.at[0].add(-alpha)
+        vv = v @ v
+        beta = jnp.where(vv > 0, 2.0 / jnp.where(vv > 0, vv, 1.0), 0.0)
+        W = W.at[j:, :].add(-beta * v[:, None] * (v @ W[j:, :])[None, :])
+    return W[:n, :n], W[:n, n]
 
 
 def _eq35_forward(method, M, Q, A, b, c, rtol):
