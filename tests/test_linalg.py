@@ -563,3 +563,45 @@ def test_batched_cholesky_does_not_deadlock():
 
     finished, seconds, tail = run_once("ukjax", iters=200, timeout=120.0)
     assert finished, f"ukjax.linalg.cholesky under jit(vmap) did not finish in {seconds:.0f} s: {tail}"
+
+
+# No subnormals: XLA:CPU flushes them to zero in every arithmetic operation (x * 1 and x + 0 too).
+_SPECIAL = [0.0, -0.0, 1.0, -2.5, 1e-30, 3e-7, 1e30, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_materialize_is_the_exact_identity_with_identity_derivative(dtype):
+    """linalg._materialize (the fusion boundary of cho_solve and psd_ginv) returns x bit for bit (signed zero,
+    ±inf; NaN stays NaN), plain, jit and vmap; its jvp and grad are the identity exactly."""
+    x = jnp.asarray(_SPECIAL, dtype)
+    bits = lambda v: np.asarray(v).view(np.uint32 if dtype == jnp.float32 else np.uint64)
+    finite_or_inf = ~np.isnan(np.asarray(x))
+    for out in (linalg._materialize(x), jax.jit(linalg._materialize)(x), jax.vmap(linalg._materialize)(x)):
+        assert out.dtype == x.dtype
+        np.testing.assert_array_equal(bits(out)[finite_or_inf], bits(x)[finite_or_inf])
+        assert np.all(np.isnan(np.asarray(out)[~finite_or_inf]))
+    y = jnp.asarray([0.3, -1.7], dtype)
+    _, tangent = jax.jvp(linalg._materialize, (y,), (jnp.asarray([2.0, -5.0], dtype),))
+    np.testing.assert_array_equal(tangent, [2.0, -5.0])
+    np.testing.assert_array_equal(jax.grad(lambda v: jnp.sum(3 * linalg._materialize(v)))(y), [3.0, 3.0])
+
+
+def test_materialize_stops_xla_recomputing_a_shared_value():
+    """The reason _materialize exists: XLA:CPU fuses a shared cheap producer into every consumer kernel, so
+    cos(x) read by 16 stacked entries is computed 16 times under vmap; behind _materialize, once. Counts
+    ``cosine`` instructions in the optimized program (a structural check, no timing). If a jaxlib release
+    stops duplicating, the first assertion fails: _materialize may then be dropped."""
+
+    def entries(x, boundary):
+        c = jnp.cos(x[1])
+        c = linalg._materialize(c) if boundary else c
+        return jnp.stack([c * (i + 1) + x[i % 4] for i in range(16)])
+
+    x = jnp.ones((8, 4))
+
+    def count(boundary):
+        program = jax.jit(jax.vmap(lambda v: entries(v, boundary))).lower(x).compile()
+        return program.as_text().count(" cosine(")
+
+    assert count(False) > 1
+    assert count(True) == 1

@@ -535,6 +535,36 @@ def matrix_rank(A, rtol=None):
 # ---------------------------------------------------------------------------------------- SPD / PSD kernels
 
 
+@jax.custom_jvp
+def _materialize(x):
+    """x, computed once into its own buffer: the fusion boundary of the unrolled kernels (identity, exact).
+
+    XLA:CPU (jaxlib 0.10.2) fuses a producer made of cheap elementwise operations into *every* consumer
+    kernel, so a value that several kernels read is recomputed in each of them, and the producers of those
+    producers in turn: in the unrolled scalar code of :func:`cho_solve` and :func:`psd_ginv` under ``vmap``
+    each of the ~20 kernels of the UK solve recomputed most of M⁻¹Aᵀ and of G's factorization.
+    ``jax.lax.optimization_barrier`` does not stop this on CPU (XLA removes it before fusion). A division
+    does: XLA never duplicates an expensive operation into several consumers. So the value is divided by a
+    number XLA cannot fold, ``where(isnan(x), x, 1)``: 1, which leaves every finite or infinite x (and -0)
+    bit for bit unchanged (subnormals flush to zero, as in every XLA:CPU operation), or NaN for NaN x, which
+    stays NaN. Cost: one division per entry. Effect on the
+    SCARA right-hand side (n = m = 4, batch 1024, one core; ``benchmarks/throughput.py --profile``): 528 →
+    344 ns per evaluation. Derivative: the identity.
+    """
+    return x / jnp.where(jnp.isnan(x), x, 1)
+
+
+@_materialize.defjvp
+def _materialize_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return _materialize(x), dx
+
+
+def _materialized(tree):
+    """:func:`_materialize` on every array of a (nested) list of entries."""
+    return jax.tree_util.tree_map(_materialize, tree)
+
+
 def _entries(X):
     """The entries of a small matrix as nested lists of scalars (under ``vmap``: of batch vectors)."""
     return [[X[i, j] for j in range(X.shape[1])] for i in range(X.shape[0])]
@@ -631,7 +661,7 @@ def cho_solve(L, B):
     if n > _UNROLL_MAX:
         every = jnp.ones(n, bool)
         return _solve_upper(L.T, _solve_lower(L, B.astype(jnp.result_type(L, B)), every), every)
-    return jnp.stack(_cho_solve_entries(_entries(L), [B[i] for i in range(n)]))
+    return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
 
 
 def _psd_pinv_cholesky(G, rtol):
@@ -735,7 +765,7 @@ def _psd_ginv_ldl(G, rtol):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if m <= _UNROLL_MAX:
-        l, dinv = _ldl_entries(_entries(G), cutoff)
+        l, dinv = _materialized(_ldl_entries(_entries(G), cutoff))
         eye = jnp.eye(m, dtype=G.dtype)
         return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
     L_inv, dinv = _ldl_loop(G, cutoff)
