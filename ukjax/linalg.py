@@ -535,34 +535,34 @@ def matrix_rank(A, rtol=None):
 # ---------------------------------------------------------------------------------------- SPD / PSD kernels
 
 
-@jax.custom_jvp
-def _materialize(x):
-    """x, computed once into its own buffer: the fusion boundary of the unrolled kernels (identity, exact).
+def materialize(x):
+    """x, computed once into its own buffer: a fusion boundary for unrolled small-matrix code (x + (-0) = x).
 
     XLA:CPU (jaxlib 0.10.2) fuses a producer made of cheap elementwise operations into *every* consumer
-    kernel, so a value that several kernels read is recomputed in each of them, and the producers of those
-    producers in turn: in the unrolled scalar code of :func:`cho_solve` and :func:`psd_ginv` under ``vmap``
-    each of the ~20 kernels of the UK solve recomputed most of M⁻¹Aᵀ and of G's factorization.
-    ``jax.lax.optimization_barrier`` does not stop this on CPU (XLA removes it before fusion). A division
-    does: XLA never duplicates an expensive operation into several consumers. So the value is divided by a
-    number XLA cannot fold, ``where(isnan(x), x, 1)``: 1, which leaves every finite or infinite x (and -0)
-    bit for bit unchanged (subnormals flush to zero, as in every XLA:CPU operation), or NaN for NaN x, which
-    stays NaN. Cost: one division per entry. Effect on the
-    SCARA right-hand side (n = m = 4, batch 1024, one core; ``benchmarks/throughput.py --profile``): 528 →
-    344 ns per evaluation. Derivative: the identity.
+    kernel, so a value that several kernels read is recomputed in each of them, and its producers in turn.
+    Under ``vmap``, unrolled scalar code (the n ≤ 8 paths of :func:`cholesky`, :func:`cho_solve`,
+    :func:`psd_ginv`, a model's entries of M or φ) is exactly that: in the SCARA right-hand side each of the
+    ~20 kernels of the UK solve recomputed most of M⁻¹Aᵀ and of G's factorization, and every entry of M
+    that reads cos q₂ computed its own cosine (libm, ~10 ns per call). ``jax.lax.optimization_barrier``
+    does not stop this on CPU (XLA removes it before fusion); a reduction does: XLA:CPU computes it once,
+    in its own kernel (``tests/test_linalg.py`` checks this on the compiled program). So x is stacked with
+    -0 and summed over that axis of length 2: x + (-0) = x for every x (NaN stays NaN, ±inf stays ±inf; a
+    -0 may come back as +0). A sum is linear, so this also runs on tangents inside custom derivative rules
+    (the solves in the derivative of :func:`ukjax.dynamics.uk_acceleration`) and reverse mode transposes
+    it. Derivative: the identity. Cost: one small reduction kernel per call.
+
+    :func:`cho_solve` materializes its solution and :func:`psd_ginv` its LDLᵀ factors; the SCARA model its
+    sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4, batch
+    1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320 ns
+    per evaluation. Use it in a model for a value that many entries share.
     """
-    return x / jnp.where(jnp.isnan(x), x, 1)
-
-
-@_materialize.defjvp
-def _materialize_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    return _materialize(x), dx
+    x = jnp.asarray(x)
+    return jnp.sum(jnp.stack([x, jnp.full_like(x, -0.0)]), axis=0)
 
 
 def _materialized(tree):
-    """:func:`_materialize` on every array of a (nested) list of entries."""
-    return jax.tree_util.tree_map(_materialize, tree)
+    """:func:`materialize` on every array of a (nested) list of entries."""
+    return jax.tree_util.tree_map(materialize, tree)
 
 
 def _entries(X):
