@@ -133,10 +133,11 @@ def test_batch_over_parameters():
 
 
 def test_chunked_batch_equals_one_vmap_and_chunk_size_is_checked():
-    """simulate_batch(chunk_size=k) integrates k scenarios at a time (lax.map over vmapped chunks, here 2 + 2
-    + a remainder of 1): every scenario's solution, status and step counts equal those of one vmap over the
-    batch to round-off (1e-12: the same arithmetic per scenario, only the vector width differs), with
-    per-scenario parameters. chunk_size must be 'auto', None or an int >= 1."""
+    """simulate_batch(chunk_size=k) integrates at most k scenarios at a time (lax.map over vmapped chunks,
+    here 3 chunks of 2, the last one padded with a copy of scenario 5): every scenario's solution, status
+    and step counts equal those of one vmap over the batch to round-off (1e-12: the same arithmetic per
+    scenario, only the vector width differs), with per-scenario parameters. chunk_size must be 'auto',
+    None or an int >= 1."""
     thetas, masses = [0.3, 1.2, 2.9, -0.7, 2.0], [0.5, 1.0, 2.0, 0.7, 1.3]
     states = [pendulum_state(th, 0.5, 0.8) for th in thetas]
     q0s, qd0s = jnp.stack([s[0] for s in states]), jnp.stack([s[1] for s in states])

@@ -595,11 +595,21 @@ def _simulate_one(system, config, numbers, q0, qd0, params):
 @eqx.filter_jit
 def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
     solve = lambda q, qd, p: _solve(system, config, numbers, q, qd, p)
-    if chunk_size is None or chunk_size >= q0.shape[0]:
+    batch = q0.shape[0]
+    if chunk_size is None or chunk_size >= batch:
         return jax.vmap(solve)(q0, qd0, params)
-    # lax.map vmaps `solve` over chunk_size scenarios at a time and loops over the chunks (a remainder
-    # chunk, if any, is one more vmap).
-    return jax.lax.map(lambda scenario: solve(*scenario), (q0, qd0, params), batch_size=chunk_size)
+    # Equal chunks of at most chunk_size scenarios: lax.map vmaps `solve` over one chunk and loops over them.
+    # A batch that does not split evenly is padded with copies of its last scenario (fewer than `chunks`
+    # of them, cut off again), so that one compiled chunk serves all (a remainder chunk would be a second
+    # compilation of the whole solver).
+    chunks = -(-batch // chunk_size)
+    size = -(-batch // chunks)
+    pad = chunks * size - batch
+    padded = jax.tree_util.tree_map(
+        lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x, (q0, qd0, params)
+    )
+    out = jax.lax.map(lambda scenario: solve(*scenario), padded, batch_size=size)
+    return jax.tree_util.tree_map(lambda x: x[:batch], out)
 
 
 # ---------------------------------------------------------------------- options (checked before compiling)
@@ -941,13 +951,14 @@ def simulate_batch(
     accuracy. A progress bar (``progress=True``) follows the slowest scenario. Other arguments as in
     :func:`simulate`; the model is checked at the first scenario's initial state.
 
-    ``chunk_size``: scenarios integrated together. The batch is split into chunks of ``chunk_size`` that one
-    compiled loop integrates one after another (``jax.lax.map(..., batch_size=chunk_size)``; each chunk a
-    ``vmap``, and in lockstep only within itself), so the arrays of one right-hand-side evaluation stay in
-    the CPU caches. ``"auto"`` (default): :data:`DEFAULT_CPU_CHUNK` on CPU, the whole batch on GPU/TPU;
-    ``None``: the whole batch; an int >= 1. Every scenario gets the same result as in one ``vmap`` (the
-    computation per scenario is the same); only speed and memory change. With several chunks a progress bar
-    (``progress=True``) runs once per chunk.
+    ``chunk_size``: scenarios integrated together. The batch is split into equal chunks of at most
+    ``chunk_size`` scenarios that one compiled loop integrates one after another (``jax.lax.map``; each chunk
+    a ``vmap``, in lockstep only within itself; a batch that does not split evenly is padded with copies
+    of its last scenario, fewer than the number of chunks, whose results are dropped), so the arrays of
+    one right-hand-side evaluation stay in the CPU caches. ``"auto"`` (default): :data:`DEFAULT_CPU_CHUNK`
+    on CPU, the whole batch on GPU/TPU; ``None``: the whole batch; an int >= 1. Every scenario gets the
+    same result as in one ``vmap`` (the computation per scenario is the same); only speed and memory
+    change. With several chunks a progress bar (``progress=True``) runs once per chunk.
     """
     options = _options(locals())
     chunk_size = _chunk_size(chunk_size)
