@@ -11,9 +11,12 @@ integrator (Tsit5, ukjax's default solver: 5th order, six evaluations per step) 
 (b) ``naive_jax``: the same closed-form right-hand side in ``jax.numpy`` with ``jnp.linalg.pinv(A M^{-1/2})``,
     ``vmap`` over the batch, its own Tsit5 loop (``lax.scan``, diffrax's Butcher tableau), ``jit``.
 (c) ``ukjax``: ``ukjax.simulate_batch`` on ``ukjax.models.scara`` (constraints differentiated automatically),
-    fixed step, default solver (``diffrax.Tsit5``) and default UK method (``"ldl"``).
+    fixed step, default solver (``diffrax.Tsit5``), default UK method (``"ldl"``) and default chunking (256
+    scenarios per chunk on CPU); above one chunk also ``ukjax_one_vmap``, the whole batch in one ``vmap``
+    (``chunk_size=None``).
 
-Reported per batch size: scenario-steps per second (one step of one scenario = one scenario-step), compile
+Reported per batch size: scenario-steps per second (one step of one scenario = one scenario-step) of wall
+time, the CPU seconds of the same run (all threads; other load on the machine distorts them less), compile
 time, the largest end-of-run constraint violation |φ(t1)| over the batch and the largest end-state difference
 to ukjax (both show that the same work was done). Results go to
 ``benchmarks/results/throughput-<machine>.json``.
