@@ -605,7 +605,8 @@ def test_materialize_stops_xla_recomputing_a_shared_value():
     """The reason materialize exists: XLA:CPU fuses a shared cheap producer into every consumer kernel, so
     cos(x) read by 16 stacked entries is computed 16 times under vmap; behind materialize, once. Counts
     ``cosine`` instructions in the optimized program (a structural check, no timing). If a jaxlib release
-    stops duplicating, the first assertion fails: materialize may then be dropped."""
+    stops duplicating, the first assertion fails: materialize may then be dropped. (CPU only: elsewhere
+    materialize is the identity.)"""
 
     def entries(x, boundary):
         c = jnp.cos(x[1])
@@ -618,5 +619,8 @@ def test_materialize_stops_xla_recomputing_a_shared_value():
         program = jax.jit(jax.vmap(lambda v: entries(v, boundary))).lower(x).compile()
         return program.as_text().count(" cosine(")
 
-    assert count(False) > 1
-    assert count(True) == 1
+    if jax.default_backend() == "cpu":
+        assert count(False) > 1
+        assert count(True) == 1
+    else:  # materialize is the plain identity there
+        assert count(True) == count(False)

@@ -549,14 +549,19 @@ def materialize(x):
     -0 and summed over that axis of length 2: x + (-0) = x for every x (NaN stays NaN, ±inf stays ±inf; a
     -0 may come back as +0). A sum is linear, so this also runs on tangents inside custom derivative rules
     (the solves in the derivative of :func:`ukjax.dynamics.uk_acceleration`) and reverse mode transposes
-    it. Derivative: the identity. Cost: one small reduction kernel per call.
+    it. Derivative: the identity. Cost: one small reduction kernel per call. On other platforms (GPU, TPU;
+    chosen when the program is lowered, ``jax.lax.platform_dependent``) it is the plain identity: their
+    fusion has not been measured with it.
 
     :func:`cho_solve` materializes its solution and :func:`psd_ginv` its LDLᵀ factors; the SCARA model its
     sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4, batch
     1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320 ns
     per evaluation. Use it in a model for a value that many entries share.
     """
-    x = jnp.asarray(x)
+    return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
+
+
+def _sum_with_negative_zero(x):
     return jnp.sum(jnp.stack([x, jnp.full_like(x, -0.0)]), axis=0)
 
 
