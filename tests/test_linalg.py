@@ -563,3 +563,64 @@ def test_batched_cholesky_does_not_deadlock():
 
     finished, seconds, tail = run_once("ukjax", iters=200, timeout=120.0)
     assert finished, f"ukjax.linalg.cholesky under jit(vmap) did not finish in {seconds:.0f} s: {tail}"
+
+
+# No subnormals: XLA:CPU flushes them to zero in every arithmetic operation, this one included.
+_SPECIAL = [0.0, 1.0, -2.5, 1e-30, 3e-7, 1e30, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_materialize_is_the_exact_identity_with_identity_derivative(dtype):
+    """linalg.materialize (the fusion boundary of cho_solve and psd_ginv) returns x exactly (±inf; NaN stays
+    NaN; -0 compares equal), plain, jit and vmap; its jvp and grad are the identity exactly, and, being
+    linear, it runs on tangents inside a custom derivative rule that reverse mode transposes."""
+    x = jnp.asarray(_SPECIAL, dtype)
+    expected = np.asarray(x)
+    for out in (linalg.materialize(x), jax.jit(linalg.materialize)(x), jax.vmap(linalg.materialize)(x)):
+        assert out.dtype == x.dtype
+        np.testing.assert_array_equal(out, expected)
+    assert linalg.materialize(jnp.asarray(-0.0, dtype)) == 0
+    y = jnp.asarray([0.3, -1.7], dtype)
+    _, tangent = jax.jvp(linalg.materialize, (y,), (jnp.asarray([2.0, -5.0], dtype),))
+    np.testing.assert_array_equal(tangent, [2.0, -5.0])
+    np.testing.assert_array_equal(jax.grad(lambda v: jnp.sum(3 * linalg.materialize(v)))(y), [3.0, 3.0])
+
+    # as in the derivative of ukjax.dynamics' eq. 35 form: a custom rule that solves with the tangent
+    M = jnp.asarray([[4.0, 1.0], [1.0, 3.0]], dtype)
+
+    @jax.custom_jvp
+    def solve(b):
+        return cho_solve(cholesky(M), b)
+
+    @solve.defjvp
+    def solve_jvp(primals, tangents):
+        (b,), (db,) = primals, tangents
+        return solve(b), cho_solve(cholesky(M), db)
+
+    grad = jax.jit(jax.vmap(jax.grad(lambda b: jnp.sum(solve(b)))))(jnp.stack([y, 2 * y]))
+    np.testing.assert_allclose(grad[0], np.linalg.solve(np.asarray(M), np.ones(2)), rtol=1e-6)
+
+
+def test_materialize_stops_xla_recomputing_a_shared_value():
+    """The reason materialize exists: XLA:CPU fuses a shared cheap producer into every consumer kernel, so
+    cos(x) read by 16 stacked entries is computed 16 times under vmap; behind materialize, once. Counts
+    ``cosine`` instructions in the optimized program (a structural check, no timing). If a jaxlib release
+    stops duplicating, the first assertion fails: materialize may then be dropped. (CPU only: elsewhere
+    materialize is the identity.)"""
+
+    def entries(x, boundary):
+        c = jnp.cos(x[1])
+        c = linalg.materialize(c) if boundary else c
+        return jnp.stack([c * (i + 1) + x[i % 4] for i in range(16)])
+
+    x = jnp.ones((8, 4))
+
+    def count(boundary):
+        program = jax.jit(jax.vmap(lambda v: entries(v, boundary))).lower(x).compile()
+        return program.as_text().count(" cosine(")
+
+    if jax.default_backend() == "cpu":
+        assert count(False) > 1
+        assert count(True) == 1
+    else:  # materialize is the plain identity there
+        assert count(True) == count(False)

@@ -12,6 +12,7 @@ import pytest
 from helpers import CompileCounter, assert_tree_allclose, central_difference
 from scipy.integrate import solve_ivp
 
+from ukjax import simulation
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
 from ukjax.simulation import RESULTS, SimulationError, simulate, simulate_batch
 from ukjax.system import System
@@ -129,6 +130,28 @@ def test_batch_over_parameters():
     assert_tree_allclose(batch, stacked, rtol=1e-12, atol=1e-12)
     # Different drag/mass ratios really give different motions (the batch is not silently sharing params).
     assert float(jnp.abs(batch.q[0, -1] - batch.q[2, -1]).max()) > 1e-3
+
+
+def test_chunked_batch_equals_one_vmap_and_chunk_size_is_checked():
+    """simulate_batch(chunk_size=k) integrates at most k scenarios at a time (lax.map over vmapped chunks,
+    here 3 chunks of 2, the last one padded with a copy of scenario 5): every scenario's solution, status
+    and step counts equal those of one vmap over the batch to round-off (1e-12: the same arithmetic per
+    scenario, only the vector width differs), with per-scenario parameters. chunk_size must be 'auto',
+    None or an int >= 1."""
+    thetas, masses = [0.3, 1.2, 2.9, -0.7, 2.0], [0.5, 1.0, 2.0, 0.7, 1.3]
+    states = [pendulum_state(th, 0.5, 0.8) for th in thetas]
+    q0s, qd0s = jnp.stack([s[0] for s in states]), jnp.stack([s[1] for s in states])
+    params = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[pendulum_params(m=m) for m in masses])
+    whole = simulate_batch(PENDULUM, q0s, qd0s, params, batch_params=True, chunk_size=None, **FIXED)
+    chunked = simulate_batch(PENDULUM, q0s, qd0s, params, batch_params=True, chunk_size=2, **FIXED)
+    assert_tree_allclose(chunked, whole, rtol=1e-12, atol=1e-12)
+    assert whole.ok.all() and float(jnp.abs(whole.q[0, -1] - whole.q[2, -1]).max()) > 1e-3
+    assert simulation._chunk_size("auto") == (
+        simulation.DEFAULT_CPU_CHUNK if jax.default_backend() == "cpu" else None
+    )
+    for bad in (0, -3, 1.5, True, "all"):
+        with pytest.raises(ValueError, match="chunk_size"):
+            simulate_batch(PENDULUM, q0s, qd0s, params, batch_params=True, chunk_size=bad, **FIXED)
 
 
 # ---------------------------------------------------------------------- gradients

@@ -535,6 +535,41 @@ def matrix_rank(A, rtol=None):
 # ---------------------------------------------------------------------------------------- SPD / PSD kernels
 
 
+def materialize(x):
+    """x, computed once into its own buffer: a fusion boundary for unrolled small-matrix code (x + (-0) = x).
+
+    XLA:CPU (jaxlib 0.10.2) fuses a producer made of cheap elementwise operations into *every* consumer
+    kernel, so a value that several kernels read is recomputed in each of them, and its producers in turn.
+    Under ``vmap``, unrolled scalar code (the n ≤ 8 paths of :func:`cholesky`, :func:`cho_solve`,
+    :func:`psd_ginv`, a model's entries of M or φ) is exactly that: in the SCARA right-hand side each of the
+    ~20 kernels of the UK solve recomputed most of M⁻¹Aᵀ and of G's factorization, and every entry of M
+    that reads cos q₂ computed its own cosine (libm, ~10 ns per call). ``jax.lax.optimization_barrier``
+    does not stop this on CPU (XLA removes it before fusion); a reduction does: XLA:CPU computes it once,
+    in its own kernel (``tests/test_linalg.py`` checks this on the compiled program). So x is stacked with
+    -0 and summed over that axis of length 2: x + (-0) = x for every x (NaN stays NaN, ±inf stays ±inf; a
+    -0 may come back as +0). A sum is linear, so this also runs on tangents inside custom derivative rules
+    (the solves in the derivative of :func:`ukjax.dynamics.uk_acceleration`) and reverse mode transposes
+    it. Derivative: the identity. Cost: one small reduction kernel per call. On other platforms (GPU, TPU;
+    chosen when the program is lowered, ``jax.lax.platform_dependent``) it is the plain identity: their
+    fusion has not been measured with it.
+
+    :func:`cho_solve` materializes its solution and :func:`psd_ginv` its LDLᵀ factors; the SCARA model its
+    sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4, batch
+    1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320 ns
+    per evaluation. Use it in a model for a value that many entries share.
+    """
+    return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
+
+
+def _sum_with_negative_zero(x):
+    return jnp.sum(jnp.stack([x, jnp.full_like(x, -0.0)]), axis=0)
+
+
+def _materialized(tree):
+    """:func:`materialize` on every array of a (nested) list of entries."""
+    return jax.tree_util.tree_map(materialize, tree)
+
+
 def _entries(X):
     """The entries of a small matrix as nested lists of scalars (under ``vmap``: of batch vectors)."""
     return [[X[i, j] for j in range(X.shape[1])] for i in range(X.shape[0])]
@@ -631,7 +666,7 @@ def cho_solve(L, B):
     if n > _UNROLL_MAX:
         every = jnp.ones(n, bool)
         return _solve_upper(L.T, _solve_lower(L, B.astype(jnp.result_type(L, B)), every), every)
-    return jnp.stack(_cho_solve_entries(_entries(L), [B[i] for i in range(n)]))
+    return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
 
 
 def _psd_pinv_cholesky(G, rtol):
@@ -735,7 +770,7 @@ def _psd_ginv_ldl(G, rtol):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if m <= _UNROLL_MAX:
-        l, dinv = _ldl_entries(_entries(G), cutoff)
+        l, dinv = _materialized(_ldl_entries(_entries(G), cutoff))
         eye = jnp.eye(m, dtype=G.dtype)
         return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
     L_inv, dinv = _ldl_loop(G, cutoff)
