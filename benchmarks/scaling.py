@@ -657,6 +657,9 @@ def main(argv=None):
         "--quick", action="store_true", help="k = 2, 4; 16 scenarios, 1 s, 2 rounds; n = 8 only"
     )
     parser.add_argument(
+        "--note", default="", help="free text recorded in the JSON (e.g. why a contender is left out)"
+    )
+    parser.add_argument(
         "--out", default=None, help="JSON path (default benchmarks/results/scaling-<machine>.json)"
     )
     args = parser.parse_args(argv)
@@ -694,6 +697,7 @@ def main(argv=None):
             "its default soft constraints; ukjax_tree: chain.multibody_system (RNEA + articulated-body "
             "algorithm)",
             "complete": complete,
+            "note": args.note,
             "config": vars(args) | {"out": str(out)},
             "source": source_state(),
             "load_average_before": load_before,
