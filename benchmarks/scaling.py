@@ -10,8 +10,13 @@ the same as with one pin.
 Contenders, interleaved in one process (each round runs every contender once; medians over rounds), the same
 scenarios, span and fixed step:
 
-(a) ``ukjax``: :func:`ukjax.simulate_batch` on ``chain.system(k)`` with the diffrax solvers Tsit5 (5th order,
-    6 evaluations per step), Bosh3 (3rd order, 3) and Heun (2nd order, 2), the default UK method.
+(a) ``ukjax``: :func:`ukjax.simulate_batch` on ``chain.system(k)`` (M and Q from the Lagrangian by autodiff,
+    M factorized) with the diffrax solvers Tsit5 (5th order, 6 evaluations per step), Bosh3 (3rd order, 3),
+    Heun (2nd order, 2) and :class:`ukjax.RK4` (the classical 4th-order Runge-Kutta method, 4 evaluations,
+    the same method as MuJoCo's RK4), the default UK method.
+(a') ``ukjax_tree``: the same chain, pin and parameters as a kinematic tree, ``chain.multibody_system(k)``:
+    Q by the recursive Newton-Euler algorithm and M⁻¹[Q, Aᵀ] by the articulated-body algorithm (Featherstone
+    2008, Tables 5.1 and 7.1), O(n m) per right-hand side instead of O(n³); same solvers, scenarios, span.
 (b) ``naive``: written here independently: the chain's Lagrangian in ``jax.numpy``, M = ``jax.hessian`` of T,
     Q = ∂L/∂q - (∂²L/∂q̇∂q) q̇ by ``jax.grad``/``jax.jacfwd``, A = ``jax.jacfwd`` of φ,
     b = -(∂(Aq̇)/∂q) q̇ - 2αφ̇ - β²φ, and q̈ = M⁻¹Q + M⁻¹Aᵀ pinv(A M⁻¹Aᵀ)(b - A M⁻¹Q) with
@@ -23,12 +28,22 @@ scenarios, span and fixed step:
     default soft-constraint parameters, contacts off, integrators RK4 and Euler, one thread (the JAX
     contenders use the 2 cores as XLA sees fit: the CPU seconds are recorded beside the wall time).
 
+Cost cap. A contender whose estimated full run (scenarios × span) exceeds ``--budget-s`` wall seconds runs a
+shorter span on the same scenarios: each contender is compiled once with the number of steps as a run-time
+argument, timed on ``--probe-steps`` steps (after one untimed first call), and then runs
+min(all steps, budget / estimated cost of one step of the batch) steps in every round. The per-step cost
+per scenario is what is compared (same batch, so the same vectorization); the JSON records each contender's
+scenarios, steps and span, and its |φ| is at the end of its own span (marked in the table). The naive
+contender is skipped where m > ``--naive-max-rows`` (the redundant family at n = 32, m = 64: it hung, with
+no result, in an earlier run); the JSON says so.
+
 Reported per size and family: cost per step per scenario (µs, median wall time / (steps × scenarios)), compile
 time, CPU seconds per wall second, the largest tip error |φ| = |r_tip - p_tip| (m) over the batch at the end
 of the span (MuJoCo: from the tip site), scenarios whose ukjax status is not success, and the ratios
-naive/ukjax and MuJoCo/ukjax of the per-step cost (above 1: ukjax is faster). Also (``--model-sizes``) the
-cost of building M and Q from the Lagrangian (old: separate passes; new: one linearization), of A and b,
-and of the UK solve.
+naive/ukjax and MuJoCo/ukjax of the per-step cost (above 1: ukjax is faster; like for like: the same tableau,
+RK4 against MuJoCo's RK4). Also (``--model-sizes``) the cost of building M and Q from the Lagrangian (old:
+separate passes; new: one linearization), of A and b, and of the UK solve; and for the tree, Q by RNEA and
+A, b against the articulated-body solve.
 
     python3 benchmarks/scaling.py --quick            # k = 2, 4, few scenarios: a minute or two
     python3 benchmarks/scaling.py                    # k = 2 ... 32, 256 scenarios, 5 s: long on 2 cores
@@ -61,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
 from throughput import machine_tag, source_state  # noqa: E402
 
-UKJAX_SOLVERS = {"tsit5": diffrax.Tsit5, "bosh3": diffrax.Bosh3, "heun": diffrax.Heun}
+UKJAX_SOLVERS = {"tsit5": diffrax.Tsit5, "bosh3": diffrax.Bosh3, "heun": diffrax.Heun, "rk4": ukjax.RK4}
 FAMILIES = ("pinned", "redundant")
 
 
@@ -141,15 +156,15 @@ def erk_step(f, t, q, qd, dt, tab):
     return q, qd
 
 
-def naive_batch(q0, qd0, p, frames, *, steps, dt, tab):
+def naive_batch(q0, qd0, p, frames, steps, *, dt, tab):
+    """The batch after ``steps`` fixed steps (a run-time integer: one compiled program for every span)."""
     f = lambda t, q, qd: naive_acceleration(q, qd, p, frames)
 
     def one(q, qd):
-        def body(carry, step):
-            return erk_step(f, step * dt, *carry, dt, tab), None
+        def body(step, carry):
+            return erk_step(f, step * dt, *carry, dt, tab)
 
-        (q, qd), _ = jax.lax.scan(body, (q, qd), jnp.arange(steps, dtype=q.dtype))
-        return q
+        return jax.lax.fori_loop(0, steps, body, (q, qd))[0]
 
     return jax.vmap(one)(q0, qd0)
 
@@ -210,8 +225,10 @@ class MujocoChain:
         self.steps = steps
         self.out = np.empty((len(q0s), steps, size))
 
-    def run(self):
-        self.rollout.rollout(self.model, self.datas, self.initial, nstep=self.steps, state=self.out)
+    def run(self, steps):
+        if steps != self.out.shape[1]:
+            self.out = np.empty((len(self.initial), steps, self.out.shape[2]))
+        self.rollout.rollout(self.model, self.datas, self.initial, nstep=steps, state=self.out)
         return self.out[:, -1]
 
     def final(self, states):
@@ -240,8 +257,12 @@ class MujocoChain:
 
 
 # ------------------------------------------------------------------------------------------------ (a) ukjax
-def ukjax_batch(system, solver, q0, qd0, p, *, t1, dt):
-    sol = ukjax.simulate_batch(system, q0, qd0, p, t1=t1, ts=[t1], dt=dt, solver=solver())
+def ukjax_batch(system, solver, q0, qd0, p, steps, *, dt, max_steps):
+    """The batch after ``steps`` fixed steps (t1 = steps dt at run time; at most ``max_steps``)."""
+    t1 = jnp.asarray(steps, q0.dtype) * dt
+    sol = ukjax.simulate_batch(
+        system, q0, qd0, p, t1=t1, ts=t1[None], dt=dt, solver=solver(), max_steps=max_steps
+    )
     return sol.q[:, -1], sol.status
 
 
@@ -257,63 +278,112 @@ def tip_errors(q, params):
     return np.asarray(jax.vmap(lambda qi: jnp.linalg.norm(chain.tip(qi, params) - params["tip"]))(q))
 
 
-def model_checks(system, params, frames, q, qd, mujoco_chain):
-    """Relative q̈ differences at the first scenario's initial state: naive vs ukjax; MuJoCo unconstrained vs
-    ukjax unconstrained (the same chain: ~1e-15) and constrained (MuJoCo's soft constraint: a few %)."""
+def model_checks(system, tree_system, params, frames, q, qd, mujoco_chain):
+    """Relative q̈ differences at the first scenario's initial state: naive vs ukjax and vs the tree; the tree
+    vs ukjax (the same chain: ~1e-9 or better); MuJoCo unconstrained vs ukjax and the tree unconstrained (the
+    same chain: ~1e-15) and constrained (MuJoCo's soft constraint: a few %)."""
     qdd = np.asarray(system.acceleration(q, qd, 0.0, params))
+    qdd_tree = np.asarray(tree_system.acceleration(q, qd, 0.0, params))
     # relative to max(|q̈|, 1 rad/s²): at k = 2 the pinned chain is a rigid triangle at rest and q̈ = 0
     rel = lambda x, ref: float(np.max(np.abs(np.asarray(x) - ref)) / max(np.max(np.abs(ref)), 1.0))
-    out = {"naive_vs_ukjax": rel(naive_acceleration(q, qd, params, jnp.asarray(frames)), qdd)}
+    naive = naive_acceleration(q, qd, params, jnp.asarray(frames))
+    out = {
+        "naive_vs_ukjax": rel(naive, qdd),
+        "naive_vs_tree": rel(naive, qdd_tree),
+        "tree_vs_ukjax": rel(qdd_tree, qdd),
+    }
     if mujoco_chain is not None:
-        free = dataclasses.replace(system, constraints=())
-        qdd_free = np.asarray(free.acceleration(q, qd, 0.0, params))
-        out["mujoco_unconstrained_vs_ukjax"] = rel(
-            mujoco_chain.accelerations(q, qd, constrained=False), qdd_free
+        free = lambda sys_: np.asarray(
+            dataclasses.replace(sys_, constraints=()).acceleration(q, qd, 0.0, params)
         )
-        out["mujoco_constrained_vs_ukjax"] = rel(mujoco_chain.accelerations(q, qd, constrained=True), qdd)
+        mj_free = mujoco_chain.accelerations(q, qd, constrained=False)
+        mj = mujoco_chain.accelerations(q, qd, constrained=True)
+        out["mujoco_unconstrained_vs_ukjax"] = rel(mj_free, free(system))
+        out["mujoco_unconstrained_vs_tree"] = rel(mj_free, free(tree_system))
+        out["mujoco_constrained_vs_ukjax"] = rel(mj, qdd)
+        out["mujoco_constrained_vs_tree"] = rel(mj, qdd_tree)
     return out
+
+
+def cap_steps(run, steps, scenarios, args):
+    """(steps to run, estimated seconds of the full run): one untimed first call of one step, then
+    ``--probe-steps`` steps timed; the full span if its estimate fits ``--budget-s``, else as many steps as
+    fit (at least the probe's)."""
+    jax.block_until_ready(run(1))  # the first call of a program is slower
+    probe = min(args.probe_steps, steps)
+    start = time.perf_counter()
+    jax.block_until_ready(run(probe))
+    per_step = (time.perf_counter() - start) / probe
+    estimate = per_step * steps
+    if estimate <= args.budget_s:
+        return steps, estimate
+    return max(probe, int(args.budget_s / per_step)), estimate
 
 
 def measure_size(links, family, args, progress):
     copies = copies_of(family, links)
     params = chain.default_params(links)
-    system = chain.system(links, copies=copies)
+    models = {
+        "ukjax": chain.system(links, copies=copies),
+        "ukjax_tree": chain.multibody_system(links, copies=copies),
+    }
     q0s, qd0s = chain.scenarios(params, args.scenarios, speed=args.speed, seed=args.seed)
     steps = int(round(args.span / args.dt))
-    t1 = steps * args.dt
-    frames = frames_of(copies)
-    contenders = {}  # name -> (run() -> final q, status or None; compile_s)
-    for name in args.ukjax_solvers:
-        fn = lambda q0, qd0, p, s=UKJAX_SOLVERS[name]: ukjax_batch(system, s, q0, qd0, p, t1=t1, dt=args.dt)
-        compiled, c_s = compile_jit(fn, q0s, qd0s, params)
-        contenders[f"ukjax_{name}"] = (lambda c=compiled: c(q0s, qd0s, params), c_s)
-        progress(f"k={links} {family}: compiled ukjax {name} in {c_s:.1f} s")
+    frames = jnp.asarray(frames_of(copies))
+    m = 2 * copies
+    contenders = {}  # name -> (run(steps) -> (final q, status or None), compile_s)
+    skipped = {}
+    for model, solvers in (("ukjax", args.ukjax_solvers), ("ukjax_tree", args.tree_solvers)):
+        for name in solvers:
+            fn = lambda q0, qd0, p, n_steps, s=UKJAX_SOLVERS[name], sys_=models[model]: ukjax_batch(
+                sys_, s, q0, qd0, p, n_steps, dt=args.dt, max_steps=steps + 1
+            )
+            compiled, c_s = compile_jit(fn, q0s, qd0s, params, steps)
+            contenders[f"{model}_{name}"] = (lambda k, c=compiled: c(q0s, qd0s, params, k), c_s)
+            progress(f"k={links} {family}: compiled {model} {name} in {c_s:.1f} s")
     if not args.ukjax_only:
         for name in args.naive_solvers:
+            if m > args.naive_max_rows:
+                skipped[f"naive_{name}"] = (
+                    f"m = {m} > --naive-max-rows {args.naive_max_rows}: the naive contender hung (no result) "
+                    "at the redundant n = 32 (m = 64) in an earlier run"
+                )
+                continue
             tab = tableau(name)
-            fn = lambda q0, qd0, p, f, tab=tab: naive_batch(q0, qd0, p, f, steps=steps, dt=args.dt, tab=tab)
-            compiled, c_s = compile_jit(fn, q0s, qd0s, params, jnp.asarray(frames))
-            contenders[f"naive_{name}"] = (
-                lambda c=compiled: (c(q0s, qd0s, params, jnp.asarray(frames)), None),
-                c_s,
-            )
+            fn = lambda q0, qd0, p, f, k, tab=tab: naive_batch(q0, qd0, p, f, k, dt=args.dt, tab=tab)
+            compiled, c_s = compile_jit(fn, q0s, qd0s, params, frames, steps)
+            contenders[f"naive_{name}"] = (lambda k, c=compiled: (c(q0s, qd0s, params, frames, k), None), c_s)
             progress(f"k={links} {family}: compiled naive {name} in {c_s:.1f} s")
     mujocos = {}
     if not args.ukjax_only and args.mujoco_integrators:
         for integrator in args.mujoco_integrators:
             mj = MujocoChain(params, copies, args.dt, integrator, q0s, qd0s, steps, args.mujoco_threads)
             mujocos[f"mujoco_{integrator.lower()}"] = mj
-            contenders[f"mujoco_{integrator.lower()}"] = (lambda mj=mj: (mj.run(), None), mj.compile_s)
-    checks = model_checks(system, params, frames, q0s[0], qd0s[0], next(iter(mujocos.values()), None))
-    for run, _ in contenders.values():  # one untimed call each: the first call of a program is slower
-        jax.block_until_ready(run())
+            contenders[f"mujoco_{integrator.lower()}"] = (lambda k, mj=mj: (mj.run(k), None), mj.compile_s)
+    checks = model_checks(
+        models["ukjax"],
+        models["ukjax_tree"],
+        params,
+        frames_of(copies),
+        q0s[0],
+        qd0s[0],
+        next(iter(mujocos.values()), None),
+    )
+    planned = {}
+    for name, (run, _) in contenders.items():
+        planned[name] = cap_steps(run, steps, args.scenarios, args)
+        if planned[name][0] < steps:
+            progress(
+                f"k={links} {family}: {name} capped to {planned[name][0]} of {steps} steps (full run "
+                f"estimated {planned[name][1]:.0f} s > --budget-s {args.budget_s:g})"
+            )
     walls = {name: [] for name in contenders}
     cpus = {name: [] for name in contenders}
     finals = {}
     for r in range(args.rounds):
         for name, (run, _) in contenders.items():
             wall, cpu = time.perf_counter(), _cpu()
-            out = jax.block_until_ready(run())
+            out = jax.block_until_ready(run(planned[name][0]))
             walls[name].append(time.perf_counter() - wall)
             cpus[name].append(_cpu() - cpu)
             finals[name] = out
@@ -325,15 +395,21 @@ def measure_size(links, family, args, progress):
             _, errors = mujocos[name].final(q_final)
         else:
             errors = tip_errors(jnp.asarray(q_final), params)
+        ran = planned[name][0]
         wall = statistics.median(walls[name])
         rows[name] = {
-            "us_per_step_per_scenario": wall / (steps * args.scenarios) * 1e6,
+            "us_per_step_per_scenario": wall / (ran * args.scenarios) * 1e6,
             # the process's CPU time (mean over rounds): robust to the load of a shared machine
-            "cpu_us_per_step_per_scenario": statistics.mean(cpus[name]) / (steps * args.scenarios) * 1e6,
+            "cpu_us_per_step_per_scenario": statistics.mean(cpus[name]) / (ran * args.scenarios) * 1e6,
             "compile_s": contenders[name][1],
             "median_wall_s": wall,
             "walls_s": walls[name],
             "cpu_per_wall": sum(cpus[name]) / sum(walls[name]),
+            "scenarios": args.scenarios,
+            "steps": ran,
+            "span_s": ran * args.dt,
+            "capped": ran < steps,
+            "estimated_full_run_s": planned[name][1],
             "max_tip_error_m": float(np.nanmax(errors)) if np.any(np.isfinite(errors)) else float("nan"),
             "nonfinite_scenarios": int(np.sum(~np.isfinite(errors))),
         }
@@ -342,11 +418,12 @@ def measure_size(links, family, args, progress):
     return {
         "links": links,
         "n": links,
-        "m": 2 * copies,
+        "m": m,
         "family": family,
         "steps": steps,
         "model_check_relative_qdd": checks,
         "contenders": rows,
+        "skipped": skipped,
     }
 
 
@@ -373,7 +450,8 @@ def eval_loop(f, args, reps):
 
 def model_building(links, args, progress):
     """CPU ns per scenario-evaluation of each part of one right-hand side of the pinned chain (minimum of 5
-    interleaved rounds of the process's CPU time)."""
+    interleaved rounds of the process's CPU time): the Lagrangian model (M, Q, A, b, the dense UK solve) and
+    the tree (Q by RNEA, A and b, the UK solve with M⁻¹ by the articulated-body algorithm)."""
     params = chain.default_params(links)
     system = chain.system(links)
     old = dataclasses.replace(system, mass_and_force=None)
@@ -384,6 +462,12 @@ def model_building(links, args, progress):
         *system.constraint_equations(q, qd, t, params),
     )
     MQAb = jax.jit(jax.vmap(terms))(q0s, qd0s)
+    tree, tree_system = chain.tree(links), chain.multibody_system(links)
+    tree_terms = lambda q, qd: (
+        tree_system.given_force(q, qd, t, params),
+        *tree_system.constraint_equations(q, qd, t, params),
+    )
+    tree_QAb = jax.jit(jax.vmap(tree_terms))(q0s, qd0s)
     parts = {
         "M and Q, separate passes (old: jax.hessian of T; jax.grad and a JVP)": (
             lambda q, qd: (old.mass_matrix(q, t, params), old.given_force(q, qd, t, params)),
@@ -410,6 +494,25 @@ def model_building(links, args, progress):
             lambda q, qd: system.acceleration(q, qd, t, params),
             (q0s, qd0s),
         ),
+        "tree: Q by RNEA (Featherstone 2008, Table 5.1)": (
+            lambda q, qd: tree_system.given_force(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+        "tree: A and b (reverse-mode Jacobian and JVPs of the tip constraint)": (
+            lambda q, qd: tree_system.constraint_equations(q, qd, t, params),
+            (q0s, qd0s),
+        ),
+        "tree: UK solve from q, Q, A, b, M⁻¹[Q, Aᵀ] by ABA (Featherstone 2008, Table 7.1)": (
+            # q is the perturbed argument, so the articulated inertias and G are recomputed every pass
+            lambda q, Q, A, b: dynamics.uk_solve_with(
+                lambda B: tree.solve_mass(q, chain.bodies(params), B), Q, A, b
+            )[0],
+            (q0s, *tree_QAb),
+        ),
+        "tree: whole right-hand side (System.acceleration)": (
+            lambda q, qd: tree_system.acceleration(q, qd, t, params),
+            (q0s, qd0s),
+        ),
     }
     loops = {name: eval_loop(f, xs, args.model_reps) for name, (f, xs) in parts.items()}
     cpu = {name: [] for name in parts}
@@ -426,34 +529,54 @@ def model_building(links, args, progress):
 
 
 # ------------------------------------------------------------------------------------------------- tables
+# (numerator, denominator): ratio of per-step costs, above 1 when the denominator (ukjax) is faster
+RATIOS = (
+    ("naive_tsit5", "ukjax_tsit5"),
+    ("naive_tsit5", "ukjax_tree_tsit5"),
+    ("naive_rk4", "ukjax_tree_rk4"),
+    ("mujoco_rk4", "ukjax_rk4"),
+    ("mujoco_rk4", "ukjax_tree_rk4"),
+    ("mujoco_rk4", "ukjax_tree_bosh3"),
+    ("mujoco_rk4", "ukjax_tree_tsit5"),
+    ("mujoco_euler", "ukjax_tree_heun"),
+)
+
+
 def markdown(rows, model_rows) -> str:
     lines = []
     for family in FAMILIES:
         sub = [r for r in rows if r["family"] == family]
         if not sub:
             continue
-        names = list(sub[0]["contenders"])
+        names = list(dict.fromkeys(x for r in sub for x in r["contenders"]))
         pinned = "once" if family == "pinned" else "k times"
         lines += [
-            f"\n**{family}** (tip pinned {pinned}): µs per step per "
-            "scenario, compile s, max |φ| (m) after the span\n"
+            f"\n**{family}** (tip pinned {pinned}): µs per step per scenario, compile s, max |φ| (m) at the "
+            "end of the span (a capped contender: its steps in brackets)\n"
         ]
-        head = "| k = n | m | " + " | ".join(names) + " | naive/ukjax | MuJoCo/ukjax |"
+        head = "| k = n | m | " + " | ".join(names) + " |"
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for r in sub:
             c = r["contenders"]
-            cells = [cell(c[x]) for x in names]
-            lines.append(
-                f"| {r['n']} | {r['m']} | "
-                + " | ".join(cells)
-                + f" | {ratios(c, 'naive')} | {ratios(c, 'mujoco')} |"
-            )
+            cells = [cell(c[x]) if x in c else "skipped" if x in r.get("skipped", {}) else "-" for x in names]
+            lines.append(f"| {r['n']} | {r['m']} | " + " | ".join(cells) + " |")
+        pairs = [(o, u) for o, u in RATIOS if any(o in r["contenders"] and u in r["contenders"] for r in sub)]
+        if pairs:
+            lines += [
+                f"\n**{family}**, ratios of per-step cost (above 1: the ukjax contender is faster)\n",
+                "| k = n | m | " + " | ".join(f"{o} / {u}" for o, u in pairs) + " |",
+                "|---|---|" + "---|" * len(pairs),
+            ]
+            for r in sub:
+                c = r["contenders"]
+                cost = lambda x, c=c: c[x]["us_per_step_per_scenario"] if x in c else None
+                cells = [f"{cost(o) / cost(u):.2f}" if cost(o) and cost(u) else "-" for o, u in pairs]
+                lines.append(f"| {r['n']} | {r['m']} | " + " | ".join(cells) + " |")
     if model_rows:
         sizes = list(model_rows)
         lines += [
             "\n**Model building vs the solve** (pinned chain, CPU ns per scenario per right-hand-side "
-            "evaluation, "
-            "vmap)\n",
+            "evaluation, vmap)\n",
             "| part | " + " | ".join(f"n = {s}" for s in sizes) + " |",
             "|---|" + "---|" * len(sizes),
         ]
@@ -464,25 +587,9 @@ def markdown(rows, model_rows) -> str:
 
 def cell(row) -> str:
     failed = f" ({row['not_success']} failed)" if row.get("not_success") else ""
+    capped = f" [{row['steps']} steps]" if row.get("capped") else ""
     cost, compile_s, error = row["us_per_step_per_scenario"], row["compile_s"], row["max_tip_error_m"]
-    return f"{cost:.3g} µs, {compile_s:.1f} s, {error:.1e}{failed}"
-
-
-def ratios(c, other) -> str:
-    """other's µs / ukjax's µs: ukjax Tsit5 vs the naive Tsit5 (same tableau) or MuJoCo RK4, and ukjax Bosh3
-    vs MuJoCo RK4 (above 1: ukjax faster)."""
-    cost = lambda x: c[x]["us_per_step_per_scenario"] if x in c else None
-    pairs = (
-        [("ukjax_tsit5", "naive_tsit5"), ("ukjax_tsit5", "naive_rk4")]
-        if other == "naive"
-        else [("ukjax_tsit5", "mujoco_rk4"), ("ukjax_bosh3", "mujoco_rk4"), ("ukjax_heun", "mujoco_euler")]
-    )
-    parts = [
-        f"{o.split('_')[1]}/{u.split('_')[1]} {cost(o) / cost(u):.2f}"
-        for u, o in pairs
-        if cost(u) and cost(o)
-    ]
-    return ", ".join(parts) or "-"
+    return f"{cost:.3g} µs, {compile_s:.1f} s, {error:.1e}{capped}{failed}"
 
 
 def main(argv=None):
@@ -498,7 +605,36 @@ def main(argv=None):
     parser.add_argument("--speed", type=float, default=0.5, help="spread of the initial joint rates, rad/s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--ukjax-solvers", nargs="+", default=list(UKJAX_SOLVERS), choices=list(UKJAX_SOLVERS)
+        "--ukjax-solvers",
+        nargs="*",
+        default=list(UKJAX_SOLVERS),
+        choices=list(UKJAX_SOLVERS),
+        help="solvers of the Lagrangian model (rk4: ukjax.RK4, classical Runge-Kutta)",
+    )
+    parser.add_argument(
+        "--tree-solvers",
+        nargs="*",
+        default=list(UKJAX_SOLVERS),
+        choices=list(UKJAX_SOLVERS),
+        help="solvers of the tree model (chain.multibody_system: RNEA and the articulated-body algorithm)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=30.0,
+        help="wall seconds a contender's run may take; above it, fewer steps (default %(default)s)",
+    )
+    parser.add_argument(
+        "--probe-steps",
+        type=int,
+        default=5,
+        help="steps timed to estimate a run's cost (default %(default)s)",
+    )
+    parser.add_argument(
+        "--naive-max-rows",
+        type=int,
+        default=32,
+        help="skip the naive contender above this many constraint rows (default %(default)s)",
     )
     parser.add_argument("--naive-solvers", nargs="*", default=["tsit5", "rk4"], choices=["tsit5", "rk4"])
     parser.add_argument("--mujoco-integrators", nargs="*", default=["RK4", "Euler"], choices=["RK4", "Euler"])
@@ -521,6 +657,9 @@ def main(argv=None):
         "--quick", action="store_true", help="k = 2, 4; 16 scenarios, 1 s, 2 rounds; n = 8 only"
     )
     parser.add_argument(
+        "--note", default="", help="free text recorded in the JSON (e.g. why a contender is left out)"
+    )
+    parser.add_argument(
         "--out", default=None, help="JSON path (default benchmarks/results/scaling-<machine>.json)"
     )
     args = parser.parse_args(argv)
@@ -528,8 +667,12 @@ def main(argv=None):
         args.sizes, args.scenarios, args.span, args.rounds = [2, 4], 16, 1.0, 2
         args.model_sizes, args.model_batch = [8], 64
     positive = args.scenarios >= 1 and args.span > 0 and args.dt > 0 and args.rounds >= 1
+    positive = positive and args.budget_s > 0 and args.probe_steps >= 1
     if not positive or min(args.sizes, default=2) < 2:
-        raise ValueError("--scenarios, --span, --dt, --rounds must be positive and --sizes at least 2")
+        raise ValueError(
+            "--scenarios, --span, --dt, --rounds, --budget-s, --probe-steps must be positive and --sizes at "
+            "least 2"
+        )
     from tqdm import tqdm
 
     load_before, cpu_start, wall_start = os.getloadavg(), _cpu(), time.perf_counter()
@@ -547,9 +690,14 @@ def main(argv=None):
         payload = {
             "description": "planar chains of k links with the tip pinned once (m = 2) or k times (m = 2k), "
             f"{args.scenarios} scenarios, fixed step {args.dt} s over {args.span} s, contenders interleaved "
-            f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios); max_tip_error_m at "
-            "the end of the span; ukjax/naive float64, MuJoCo float64 with its default soft constraints",
+            f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios); a contender whose "
+            f"full run was estimated above {args.budget_s:g} s ran fewer steps "
+            "(its row: steps, span_s, capped); "
+            "max_tip_error_m at the end of the contender's span; ukjax/naive float64, MuJoCo float64 with "
+            "its default soft constraints; ukjax_tree: chain.multibody_system (RNEA + articulated-body "
+            "algorithm)",
             "complete": complete,
+            "note": args.note,
             "config": vars(args) | {"out": str(out)},
             "source": source_state(),
             "load_average_before": load_before,

@@ -41,6 +41,7 @@ from ukjax.simulation import Solution as Solution
 from ukjax.simulation import as_params as as_params
 from ukjax.simulation import simulate as simulate
 from ukjax.simulation import simulate_batch as simulate_batch
+from ukjax.solvers import RK4 as RK4
 from ukjax.stepping import State as State
 from ukjax.stepping import step as step
 from ukjax.system import Layout as Layout

@@ -851,7 +851,8 @@ def simulate(
         ts: save times in [t0, t1], non-decreasing; default ``DEFAULT_NUM_SAVES`` evenly spaced.
         saveat: instead of ``ts``, a ``diffrax.SaveAt`` with ``ts``, ``t0`` and/or ``t1`` (diagnostics are
             computed at fixed save times, so ``steps``, ``dense`` and ``fn`` are refused).
-        solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step).
+        solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step); also
+            :class:`ukjax.RK4` (classical 4th-order Runge-Kutta, fixed step only: it has no error estimate).
         dt0: as in ``diffrax.diffeqsolve``: without ``stepsize_controller``, the fixed step size
             (``diffrax.ConstantStepSize``), 0 < dt0 < t1 - t0; ``None`` = adaptive
             ``diffrax.PIDController(rtol, atol)``, which stops with ``step_size_collapse`` below
