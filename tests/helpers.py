@@ -6,6 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax.constraints import Baumgarte, Holonomic
+from ukjax.system import System
+
 
 def tree_allclose(x, y, *, rtol=1e-10, atol=1e-10) -> bool:
     """True when two pytrees have the same structure and all leaves agree within ``atol + rtol * |y|``."""
@@ -95,3 +98,24 @@ def labels_without_units(fig) -> list[str]:
         if hasattr(ax, "get_zlabel"):
             labels.append(ax.get_zlabel())
     return [label for label in labels if label not in UNITLESS_LABELS and not _UNIT.search(label)]
+
+
+def _pendulum_force(q, qd, t, p):
+    # gravity and a linear drag -c q̇ (drag makes the motion depend on the mass, for gradient tests)
+    return jnp.stack([jnp.zeros_like(p["m"]), -p["m"] * p["g"]]) - p["c"] * qd
+
+
+PENDULUM = System(
+    mass=lambda q, t, p: p["m"] * jnp.eye(2, dtype=q.dtype),
+    force=_pendulum_force,
+    n=2,
+    constraints=(
+        Holonomic(
+            lambda q, t, p: jnp.stack([q @ q - p["l"] ** 2]),
+            baumgarte=Baumgarte(gains=lambda p: (p["alpha"], p["beta"])),
+            name="rod",
+        ),
+    ),
+)
+"""A damped pendulum in Cartesian coordinates (x, y): mass p["m"], rod p["l"], gravity p["g"], drag p["c"],
+Baumgarte gains p["alpha"], p["beta"]; shared by the simulation and solver tests."""

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import CompileCounter, assert_tree_allclose, central_difference
+from helpers import PENDULUM, CompileCounter, assert_tree_allclose, central_difference
 from scipy.integrate import solve_ivp
 
 from ukjax import simulation
@@ -21,23 +21,6 @@ f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)
 
 
 # ---------------------------------------------------------------------- planar pendulum, Cartesian (x, y)
-def _pendulum_force(q, qd, t, p):
-    # gravity and a linear drag -c q̇ (drag makes the motion depend on the mass, for the gradient test)
-    return jnp.stack([jnp.zeros_like(p["m"]), -p["m"] * p["g"]]) - p["c"] * qd
-
-
-PENDULUM = System(
-    mass=lambda q, t, p: p["m"] * jnp.eye(2, dtype=q.dtype),
-    force=_pendulum_force,
-    n=2,
-    constraints=(
-        Holonomic(
-            lambda q, t, p: jnp.stack([q @ q - p["l"] ** 2]),
-            baumgarte=Baumgarte(gains=lambda p: (p["alpha"], p["beta"])),
-            name="rod",
-        ),
-    ),
-)
 
 
 def pendulum_params(**kw):

@@ -13,11 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import assert_tree_allclose, central_difference
+from helpers import PENDULUM, assert_tree_allclose, central_difference
 
 import ukjax
-from ukjax.constraints import Baumgarte, Holonomic
-from ukjax.system import System
 
 
 def _nonlinear(t, y, args):
@@ -93,18 +91,6 @@ def test_adaptive_stepping_is_refused():
 
 
 # ------------------------------------------------------------------ through simulate: the pendulum in (x, y)
-PENDULUM = System(
-    mass=lambda q, t, p: p["m"] * jnp.eye(2, dtype=q.dtype),
-    force=lambda q, qd, t, p: jnp.stack([jnp.zeros_like(p["m"]), -p["m"] * p["g"]]) - p["c"] * qd,
-    n=2,
-    constraints=(
-        Holonomic(
-            lambda q, t, p: jnp.stack([q @ q - p["l"] ** 2]),
-            baumgarte=Baumgarte(gains=lambda p: (p["alpha"], p["beta"])),
-            name="rod",
-        ),
-    ),
-)
 RUN = dict(t1=0.5, dt=0.01, ts=jnp.linspace(0.0, 0.5, 6), solver=ukjax.RK4())
 
 
