@@ -162,7 +162,7 @@ class _Eq35Factors(eqx.Module):
     r_perp: jax.Array  # (I - G G⁺) b: the part of b outside range(A), zero for consistent constraints
 
 
-def _normal_form(A, b):
+def _compressed_rows(A, b):
     """(A, b), or the n rows (R, Q₁ᵀb) of a Householder QR of A = Q R when there are more constraint rows than
     coordinates (m > n, redundant constraints).
 
@@ -189,6 +189,13 @@ def _normal_form(A, b):
         beta = jnp.where(vv > 0, 2.0 / jnp.where(vv > 0, vv, 1.0), 0.0)
         W = W.at[j:, :].add(-beta * v[:, None] * (v @ W[j:, :])[None, :])
     return W[:n, :n], W[:n, n]
+
+
+def _gram_problem(A, b, n, dtype, rtol):
+    """(A, b, rtol) as the Cholesky forms take them: redundant rows compressed (:func:`_compressed_rows`) and
+    the rank tolerance defaulted by :func:`gram_rtol` from the original m and n, as an array."""
+    rtol = gram_rtol(A.shape[0], n, dtype) if rtol is None else rtol
+    return (*_compressed_rows(A, b), jnp.asarray(rtol, dtype))
 
 
 def _eq35_forward(method, M, Q, A, b, c, rtol):
@@ -248,9 +255,8 @@ def uk_solve_with(solve, Q, A, b, c=None, *, method: str = "ldl", rtol=None):
             f"uk_solve_with: expected Q (n,), A (m, n), b (m,), c (n,) or None; got Q {Q.shape}, "
             f"A {A.shape}, b {b.shape}, c {None if c is None else jnp.shape(c)}"
         )
-    rtol = gram_rtol(m, n, Q.dtype) if rtol is None else rtol
-    A, b = _normal_form(A, b)
-    qdd, ideal, nonideal = _eq35_given_solve(method, solve, Q, A, b, c, jnp.asarray(rtol, Q.dtype))[0]
+    A_, b_, rtol_ = _gram_problem(A, b, n, Q.dtype, rtol)
+    qdd, ideal, nonideal = _eq35_given_solve(method, solve, Q, A_, b_, c, rtol_)[0]
     return qdd, ConstraintForce(ideal=ideal, nonideal=nonideal)
 
 
@@ -322,8 +328,8 @@ def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
     M = symmetric_part(M)
     if method in GRAM_METHODS:
-        rtol = gram_rtol(A.shape[0], M.shape[0], M.dtype) if rtol is None else rtol
-        return _eq35_terms(method, M, Q, *_normal_form(A, b), c, jnp.asarray(rtol, M.dtype))
+        A, b, rtol = _gram_problem(A, b, M.shape[0], M.dtype, rtol)
+        return _eq35_terms(method, M, Q, A, b, c, rtol)
     return _reference_terms(M, Q, A, b, c, method, rtol)
 
 

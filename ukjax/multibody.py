@@ -346,19 +346,21 @@ class Tree(eqx.Module):
         q = self._checked(q, bodies, qd)
         E, r = self._joint_transforms(q, bodies)
         S = self._subspaces(E.dtype)
-        joint_acceleration = jnp.zeros_like(S) if qdd is None else S * jnp.asarray(qdd)[:, None]
         base = jnp.concatenate([jnp.zeros(3, E.dtype), -jnp.asarray(gravity, E.dtype)])
+        joint_acceleration = () if qdd is None else (S * jnp.asarray(qdd)[:, None],)
 
         def forward(parent, x):
             # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
             v_parent, a_parent = parent
-            E_i, r_i, v_joint, a_joint, I = x
+            E_i, r_i, v_joint, I, *a_joint = x
             v = _to_child(E_i, r_i, v_parent) + v_joint
-            a = _to_child(E_i, r_i, a_parent) + a_joint + _motion_cross(v, v_joint)
+            a = _to_child(E_i, r_i, a_parent) + _motion_cross(v, v_joint)
+            if a_joint:  # q̈ = 0 (the bias force C) adds nothing
+                a = a + a_joint[0]
             return (v, a), _mm(I, a) + _force_cross(v, _mm(I, v))
 
-        rest = (jnp.zeros(6, E.dtype), base)
-        force = self._down(forward, rest, (E, r, S * qd[:, None], joint_acceleration, self._inertias(bodies)))
+        xs = (E, r, S * qd[:, None], self._inertias(bodies), *joint_acceleration)
+        force = self._down(forward, (jnp.zeros(6, E.dtype), base), xs)
 
         def backward(incoming, x):
             E_i, r_i, f, S_i = x
