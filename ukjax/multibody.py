@@ -301,30 +301,28 @@ class Tree(eqx.Module):
         return jax.vmap(_spatial_inertia)(bodies.mass, bodies.com, bodies.inertia)
 
     def mass_matrix(self, q, bodies: Bodies):
-        """M(q) (n, n) by the composite-rigid-body algorithm (Featherstone Table 6.2): composite inertias
-        leaves to root, then F = I^c_i S_i carried towards the root, M_ij = S_jᵀ F at every ancestor j,
-        O(n·depth)."""
+        """M(q) (n, n) by the composite-rigid-body algorithm (Featherstone Table 6.2) in one sweep, leaves to
+        root: body i's composite inertia I^c_i = I_i + Σ children's, and the forces F (6, n) whose column k is
+        I^c_k S_k of every body k in i's subtree carried to frame i (columns of different subtrees are
+        disjoint, so the children's F add); row i of M is S_iᵀ F (M_ik = 0 where k is not in i's subtree
+        nor i in k's), mirrored to the upper-left triangle. O(n²), one compiled step per body."""
         q = self._checked(q, bodies)
         E, r = self._joint_transforms(q, bodies)
         S = self._subspaces(E.dtype)
+        n = self.n
 
         def step(incoming, x):
-            E_i, r_i, inertia = x
-            composite = inertia + incoming
-            return _inertia_to_parent(E_i, r_i, composite), composite
+            inertia_in, force_in = incoming
+            E_i, r_i, inertia, S_i, column = x
+            composite = inertia + inertia_in
+            force = force_in + _mm(composite, S_i)[:, None] * column[None, :]
+            row = _mm(S_i[None, :], force)[0]
+            return (_inertia_to_parent(E_i, r_i, composite), _to_parent(E_i, r_i, force)), row
 
-        composite = self._up(step, jnp.zeros((6, 6), E.dtype), (E, r, self._inertias(bodies)))
-        rows = [[None] * self.n for _ in range(self.n)]
-        for i in range(self.n):
-            F = _mm(composite[i], S[i])
-            rows[i][i] = jnp.dot(S[i], F)
-            j = i
-            while self.parents[j] >= 0:
-                F = _to_parent(E[j], r[j], F)
-                j = self.parents[j]
-                rows[i][j] = rows[j][i] = jnp.dot(S[j], F)
-        zero = jnp.zeros((), E.dtype)
-        return jnp.stack([jnp.stack([zero if x is None else x for x in row]) for row in rows])
+        zero = (jnp.zeros((6, 6), E.dtype), jnp.zeros((6, n), E.dtype))
+        eye = jnp.eye(n, dtype=E.dtype)
+        subtree = self._up(step, zero, (E, r, self._inertias(bodies), S, eye))  # row i: M_ik, k in subtree(i)
+        return subtree + subtree.T - eye * jnp.diagonal(subtree)
 
     def _velocities(self, E, r, S, qd):
         """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i."""
@@ -439,6 +437,7 @@ class Tree(eqx.Module):
         actuation: Callable[..., Any] | None = None,
         servo_constraints: tuple = (),
         coordinate_names: tuple[str, ...] | None = None,
+        constraint_rank: int | None = None,
     ) -> System:
         """The tree as a :class:`ukjax.System`: M by CRBA, Q = τ(q, q̇, t, p) - C(q, q̇) by RNEA, and M⁻¹ by
         the articulated-body algorithm (``System.mass_solve``), which :meth:`ukjax.System.motion` uses for
@@ -477,5 +476,6 @@ class Tree(eqx.Module):
             potential=potential,
             coordinate_names=coordinate_names,
             mass_solve=mass_solve,
+            constraint_rank=constraint_rank,
         )
 
