@@ -162,24 +162,41 @@ class _Eq35Factors(eqx.Module):
     r_perp: jax.Array  # (I - G G⁺) b: the part of b outside range(A), zero for consistent constraints
 
 
-def _compressed_rows(A, b):
-    """(A, b), or the n rows (R, Q₁ᵀb) of a Householder QR of A = Q R when there are more constraint rows than
-    coordinates (m > n, redundant constraints).
+def compress_rows(A, b, rank=None):
+    """(A_r, b_r): the first rows of Hᵀ[A | b] for a Householder QR H R = A, where they say everything A q̈ = b
+    says: r = min(m, n, rank) rows, or (A, b) itself when r = m.
 
-    Q is orthogonal, so A q̈ = b and R q̈ = Q₁ᵀb have the same least-squares solutions (the same solutions when
-    b is consistent, Q₂ᵀb = 0 then) and range(Rᵀ) = range(Aᵀ) with the same singular values: the Cholesky
-    forms give the same q̈ and an ideal force in range(Aᵀ), from an n x n G = R M⁻¹Rᵀ instead of an m x m one
-    (O(m n²) for the QR and O(n³) for G, instead of O(m³)), with the conditioning of the uncompressed form;
-    with ``method="ldl"`` the result is then the least-squares acceleration for inconsistent b too. The
-    reflections are applied to [A | b] together; columns already zero below the diagonal (a coordinate no
-    remaining row touches) are skipped without a division (finite derivatives).
+    H is orthogonal, so ‖A q̈ - b‖² = ‖A_r q̈ - b_r‖² + ‖(Hᵀb)_rest‖² whenever the remaining rows of HᵀA
+    vanish: A q̈ = b and A_r q̈ = b_r then have the same (least-squares) solutions, range(A_rᵀ) = range(Aᵀ)
+    with the same singular values, and the UK forms give the same q̈ and an ideal force A_rᵀλ_r in
+    range(Aᵀ), with the conditioning of the uncompressed problem.
+
+    - ``rank=None`` and m > n (redundant constraints): n reflections without pivoting, R is n x n; the
+      rest of HᵀA is zero for any A. O(m n²) for the QR, then an n x n G = R M⁻¹Rᵀ instead of an m x m one.
+    - ``rank=r`` < min(m, n), an upper bound on rank(A) the caller knows (e.g. constraints written
+      redundantly): r reflections with column pivoting (Golub & Van Loan 2013, Alg. 5.4.1), each on the
+      column of A with the largest norm left below the rows already kept. When rank(A) ≤ r the pivot
+      columns span range(A) and the rest of HᵀA is zero; O(r m n), then an r x r G and M⁻¹ applied to
+      r + 1 columns. A bound that is too small drops part of the constraints: A q̈ ≠ b then, which
+      :func:`ukjax.simulate` reports as status ``inconsistent_constraints`` (‖A q̈ - b‖ with the full A).
+
+    Columns already zero below the kept rows are skipped without a division (finite derivatives).
     """
     m, n = A.shape
-    if m <= n:
+    rows = min(m, n) if rank is None else min(m, n, rank)
+    if rows == m:
         return A, b
+    pivoting = rows < min(m, n)
     W = jnp.concatenate([A, b[:, None]], axis=1)
-    for j in range(n):
-        x = W[j:, j]
+    chosen = jnp.zeros(n, dtype=bool)
+    for k in range(rows):
+        if pivoting:
+            left = jnp.where(chosen, -1.0, jnp.sum(W[k:, :n] ** 2, axis=0))
+            pivot = jnp.arange(n) == jnp.argmax(left)
+            chosen = chosen | pivot
+            x = W[k:, :n] @ pivot.astype(W.dtype)
+        else:
+            x = W[k:, k]
         tail = x @ x
         nonzero = tail > 0
         norm = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, tail, 1.0)), 0.0)
@@ -187,15 +204,15 @@ def _compressed_rows(A, b):
         v = x.at[0].add(-alpha)
         vv = v @ v
         beta = jnp.where(vv > 0, 2.0 / jnp.where(vv > 0, vv, 1.0), 0.0)
-        W = W.at[j:, :].add(-beta * v[:, None] * (v @ W[j:, :])[None, :])
-    return W[:n, :n], W[:n, n]
+        W = W.at[k:, :].add(-beta * v[:, None] * (v @ W[k:, :])[None, :])
+    return W[:rows, :n], W[:rows, n]
 
 
 def _gram_problem(A, b, n, dtype, rtol):
-    """(A, b, rtol) as the Cholesky forms take them: redundant rows compressed (:func:`_compressed_rows`) and
+    """(A, b, rtol) as the Cholesky forms take them: redundant rows compressed (:func:`compress_rows`) and
     the rank tolerance defaulted by :func:`gram_rtol` from the original m and n, as an array."""
     rtol = gram_rtol(A.shape[0], n, dtype) if rtol is None else rtol
-    return (*_compressed_rows(A, b), jnp.asarray(rtol, dtype))
+    return (*compress_rows(A, b), jnp.asarray(rtol, dtype))
 
 
 def _eq35_forward(method, M, Q, A, b, c, rtol):

@@ -219,6 +219,13 @@ class System(eqx.Module):
             "cholesky", ``solver="uk"``) through it without forming or factorizing M
             (:func:`ukjax.dynamics.uk_solve_with`); the other forms still use ``mass``. It must agree with
             ``mass``.
+        constraint_rank: optional upper bound r on rank(A) of the passive constraints, for constraints
+            written redundantly (m rows of rank r < m). :meth:`motion` (``solver="uk"``) then compresses
+            A q̈ = b to r rows by r steps of a column-pivoted Householder QR
+            (:func:`ukjax.dynamics.compress_rows`) before the UK solve: G is r x r and ``mass_solve`` is
+            applied to r + 1 columns. The motion is unchanged where the bound holds; where it does not,
+            A q̈ ≠ b and :func:`ukjax.simulate` reports status ``inconsistent_constraints``. ``None``: no
+            bound (m > n rows are still compressed to n for the Cholesky forms).
         coordinate_names: optional names of the coordinates, for plots and tables.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
         levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
@@ -240,10 +247,16 @@ class System(eqx.Module):
     levels: tuple[Level, ...] | None = eqx.field(static=True, default=None)
     mass_and_force: Callable[..., Any] | None = eqx.field(static=True, default=None)
     mass_solve: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    constraint_rank: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"System.n must be a positive int, got {self.n!r}")
+        if self.constraint_rank is not None and (
+            not isinstance(self.constraint_rank, int) or isinstance(self.constraint_rank, bool)
+            or self.constraint_rank < 1
+        ):
+            raise ValueError(f"System.constraint_rank must be a positive int or None, got {self.constraint_rank!r}")
         for constraint in (*self.constraints, *self.servo_constraints):
             if not isinstance(constraint, Holonomic | Nonholonomic | AccelerationLevel):
                 raise TypeError(
@@ -520,11 +533,14 @@ class System(eqx.Module):
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
+        A_solve, b_solve = (A, b) if self.constraint_rank is None else dynamics.compress_rows(
+            A, b, self.constraint_rank
+        )
         if self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS:
             self._refuse_clearance("solver='uk'")
             Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
             qdd, reaction = dynamics.uk_solve_with(
-                lambda B: self.solve_mass(q, t, p, B), Q, A, b, c, method=method, rtol=rtol
+                lambda B: self.solve_mass(q, t, p, B), Q, A_solve, b_solve, c, method=method, rtol=rtol
             )
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         if force is None:
@@ -546,7 +562,7 @@ class System(eqx.Module):
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         if solver == "uk":
             self._refuse_clearance("solver='uk'")
-            qdd, reaction = dynamics.uk_solve(M, Q, A, b, c, method=method, rtol=rtol)
+            qdd, reaction = dynamics.uk_solve(M, Q, A_solve, b_solve, c, method=method, rtol=rtol)
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         level_blocks, covariances = self.level_blocks(blocks, p, jnp.result_type(q))
         qdd = dynamics.recursive_uk_acceleration(M, F, level_blocks, covariances, rtol=rtol)

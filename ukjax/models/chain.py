@@ -158,9 +158,12 @@ def scenarios(params, count: int, *, speed: float = 1.0, seed: int = 0):
     return jnp.broadcast_to(q0, (count, k)), _f64(qd0s)
 
 
-def system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
+def system(
+    links: int, *, copies: int = 1, stabilized: bool = True, constraint_rank: int | None = None
+) -> System:
     """The chain of ``links`` links with its tip pinned ``copies`` times (m = 2 copies rows); Baumgarte
-    terms with gains ``p["alpha"], p["beta"]`` unless ``stabilized=False``."""
+    terms with gains ``p["alpha"], p["beta"]`` unless ``stabilized=False``. ``constraint_rank=2`` declares
+    the rank of the copies' rows (:attr:`ukjax.System.constraint_rank`), so that the solve keeps 2 rows."""
     _check_links(links)
     stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="quadratic") if stabilized else None
     name = "tip pin" if copies == 1 else f"tip pin x{copies}"
@@ -171,6 +174,7 @@ def system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
         applied_force=joint_damping,
         constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
         coordinate_names=tuple(f"theta{i}" for i in range(links)),
+        constraint_rank=constraint_rank,
     )
 
 
@@ -201,7 +205,9 @@ def _gravity(p):
     return jnp.stack([jnp.zeros_like(p["g"]), -p["g"], jnp.zeros_like(p["g"])])
 
 
-def multibody_system(links: int, *, copies: int = 1, stabilized: bool = True) -> System:
+def multibody_system(
+    links: int, *, copies: int = 1, stabilized: bool = True, constraint_rank: int | None = None
+) -> System:
     """The same chain, pin and parameters as :func:`system`, written as a kinematic tree, so that
     :meth:`ukjax.System.motion` applies M⁻¹ by the articulated-body algorithm (O(n) per column) instead of
     building M from the Lagrangian and factorizing it. The pin is the same constraint function (the tip by
@@ -216,4 +222,5 @@ def multibody_system(links: int, *, copies: int = 1, stabilized: bool = True) ->
         applied_force=joint_damping,
         constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
         coordinate_names=tuple(f"theta{i}" for i in range(links)),
+        constraint_rank=constraint_rank,
     )
