@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_matrix
 
 import ukjax
-from helpers import random_matrix
 from ukjax import dynamics
 from ukjax.models import chain
 from ukjax.simulation import RESULTS

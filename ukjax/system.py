@@ -256,7 +256,9 @@ class System(eqx.Module):
             not isinstance(self.constraint_rank, int) or isinstance(self.constraint_rank, bool)
             or self.constraint_rank < 1
         ):
-            raise ValueError(f"System.constraint_rank must be a positive int or None, got {self.constraint_rank!r}")
+            raise ValueError(
+                f"System.constraint_rank must be a positive int or None, got {self.constraint_rank!r}"
+            )
         for constraint in (*self.constraints, *self.servo_constraints):
             if not isinstance(constraint, Holonomic | Nonholonomic | AccelerationLevel):
                 raise TypeError(
