@@ -17,6 +17,9 @@ scenarios, span and fixed step:
 (a') ``ukjax_tree``: the same chain, pin and parameters as a kinematic tree, ``chain.multibody_system(k)``:
     Q by the recursive Newton-Euler algorithm and M⁻¹[Q, Aᵀ] by the articulated-body algorithm (Featherstone
     2008, Tables 5.1 and 7.1), O(n m) per right-hand side instead of O(n³); same solvers, scenarios, span.
+(a'') ``ukjax_tree_rank`` (redundant family only): the tree model with the rank of its 2n rows declared,
+    ``chain.multibody_system(k, copies=k, constraint_rank=2)`` (:attr:`ukjax.System.constraint_rank`): the
+    rows are compressed to 2 by a column-pivoted QR before the solve; solvers ``--rank-solvers``.
 (b) ``naive``: written here independently: the chain's Lagrangian in ``jax.numpy``, M = ``jax.hessian`` of T,
     Q = ∂L/∂q - (∂²L/∂q̇∂q) q̇ by ``jax.grad``/``jax.jacfwd``, A = ``jax.jacfwd`` of φ,
     b = -(∂(Aq̇)/∂q) q̇ - 2αφ̇ - β²φ, and q̈ = M⁻¹Q + M⁻¹Aᵀ pinv(A M⁻¹Aᵀ)(b - A M⁻¹Q) with
@@ -326,6 +329,7 @@ def measure_size(links, family, args, progress):
     models = {
         "ukjax": chain.system(links, copies=copies),
         "ukjax_tree": chain.multibody_system(links, copies=copies),
+        "ukjax_tree_rank": chain.multibody_system(links, copies=copies, constraint_rank=2),
     }
     q0s, qd0s = chain.scenarios(params, args.scenarios, speed=args.speed, seed=args.seed)
     steps = int(round(args.span / args.dt))
@@ -333,7 +337,12 @@ def measure_size(links, family, args, progress):
     m = 2 * copies
     contenders = {}  # name -> (run(steps) -> (final q, status or None), compile_s)
     skipped = {}
-    for model, solvers in (("ukjax", args.ukjax_solvers), ("ukjax_tree", args.tree_solvers)):
+    rank_solvers = args.rank_solvers if copies > 1 else []  # one pin: m = 2 rows, nothing to compress
+    for model, solvers in (
+        ("ukjax", args.ukjax_solvers),
+        ("ukjax_tree", args.tree_solvers),
+        ("ukjax_tree_rank", rank_solvers),
+    ):
         for name in solvers:
             fn = lambda q0, qd0, p, n_steps, s=UKJAX_SOLVERS[name], sys_=models[model]: ukjax_batch(
                 sys_, s, q0, qd0, p, n_steps, dt=args.dt, max_steps=steps + 1
@@ -533,11 +542,15 @@ def model_building(links, args, progress):
 RATIOS = (
     ("naive_tsit5", "ukjax_tsit5"),
     ("naive_tsit5", "ukjax_tree_tsit5"),
+    ("naive_rk4", "ukjax_rk4"),
     ("naive_rk4", "ukjax_tree_rk4"),
+    ("naive_rk4", "ukjax_tree_rank_rk4"),
     ("mujoco_rk4", "ukjax_rk4"),
     ("mujoco_rk4", "ukjax_tree_rk4"),
+    ("mujoco_rk4", "ukjax_tree_rank_rk4"),
     ("mujoco_rk4", "ukjax_tree_bosh3"),
     ("mujoco_rk4", "ukjax_tree_tsit5"),
+    ("mujoco_rk4", "ukjax_tree_rank_tsit5"),
     ("mujoco_euler", "ukjax_tree_heun"),
 )
 
@@ -619,6 +632,13 @@ def main(argv=None):
         help="solvers of the tree model (chain.multibody_system: RNEA and the articulated-body algorithm)",
     )
     parser.add_argument(
+        "--rank-solvers",
+        nargs="*",
+        default=["rk4", "tsit5"],
+        choices=list(UKJAX_SOLVERS),
+        help="solvers of the tree model with constraint_rank=2 (redundant family only)",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         default=30.0,
@@ -695,7 +715,7 @@ def main(argv=None):
             "(its row: steps, span_s, capped); "
             "max_tip_error_m at the end of the contender's span; ukjax/naive float64, MuJoCo float64 with "
             "its default soft constraints; ukjax_tree: chain.multibody_system (RNEA + articulated-body "
-            "algorithm)",
+            "algorithm); ukjax_tree_rank: the same with constraint_rank=2 (redundant family)",
             "complete": complete,
             "note": args.note,
             "config": vars(args) | {"out": str(out)},
