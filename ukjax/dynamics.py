@@ -47,6 +47,8 @@ Forms provided, all pure functions of arrays, differentiable, ``jit``/``vmap``-a
   eq. 42-43) forms for a positive-semidefinite M with rank [M; A] = n.
 * :func:`recursive_uk_acceleration`: constraint blocks enforced one after another by a Kalman update
   (Orsino, seed 003 eq. 4.14-4.18), optionally with clearance covariances.
+* :func:`compress_rows`: redundant rows reduced before a solve, to n by a Householder QR (m > n), or to a
+  declared bound r on rank(A) by a column-pivoted one (:attr:`ukjax.System.constraint_rank`).
 
 Rank tolerance ``rtol`` and accuracy: ``rtol`` is passed to the generalized inverse the form computes (see
 :func:`ukjax.linalg.pinv`); a float, or a traced scalar (a leaf of a parameter pytree), without derivative.
