@@ -1,11 +1,14 @@
 """Test configuration: float64 and strict dtype promotion, as for every accuracy claim ukjax makes.
 
-Tests that call the ``ukjax`` command in-process would turn on JAX's persistent compilation cache for the rest
-of the session (``ukjax.cli.main`` does, as the command should). The suite keeps it off: with it on, a full
-run aborted inside JAX's executable serialization (``compilation_cache.put_executable_and_time``) while
-writing the 3RRR test's program, twice, with the user's and with a fresh cache folder (not reproduced with
-that test file alone). The cache itself is tested in a subprocess (``tests/test_compile_and_gradient.py``),
-which this file does not affect.
+The suite runs in one process. Three full runs aborted inside XLA ~460 tests in (compiling, or writing the
+3RRR test's program to JAX's persistent compilation cache); each file alone passed. The process's count of
+memory maps was growing towards the kernel's limit (``vm.max_map_count``, 65530): ~14,700 within one test
+module, falling back after ``jax.clear_caches()``. So every test module's compiled programs are released when
+it ends (the fixture below). The persistent cache stays off for the suite: tests that call the ``ukjax``
+command in-process would turn it on (``ukjax.cli.main`` does, as the command should), and a run with it on,
+in a fresh folder, was 1035 s against 1129 s without (one run each, load ~1.5): too small a gain to bring
+back the code path of the first aborts. The cache itself is tested in a subprocess
+(``tests/test_compile_and_gradient.py``), which this file does not affect.
 """
 
 import os
