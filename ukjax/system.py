@@ -535,9 +535,10 @@ class System(eqx.Module):
         blocks = self.constraint_blocks(q, qd, t, p)
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
-        A_solve, b_solve = (A, b) if self.constraint_rank is None else dynamics.compress_rows(
-            A, b, self.constraint_rank
-        )
+        if solver == "uk" and self.constraint_rank is not None:  # only the one-shot UK solve takes fewer rows
+            A_solve, b_solve = dynamics.compress_rows(A, b, self.constraint_rank)
+        else:
+            A_solve, b_solve = A, b
         if self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS:
             self._refuse_clearance("solver='uk'")
             Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)

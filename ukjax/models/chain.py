@@ -164,14 +164,22 @@ def system(
     """The chain of ``links`` links with its tip pinned ``copies`` times (m = 2 copies rows); Baumgarte
     terms with gains ``p["alpha"], p["beta"]`` unless ``stabilized=False``. ``constraint_rank=2`` declares
     the rank of the copies' rows (:attr:`ukjax.System.constraint_rank`), so that the solve keeps 2 rows."""
-    _check_links(links)
-    stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="quadratic") if stabilized else None
-    name = "tip pin" if copies == 1 else f"tip pin x{copies}"
     return System.from_lagrangian(
         kinetic_energy,
         potential_energy,
         links,
         applied_force=joint_damping,
+        **_pinned(links, copies, stabilized, constraint_rank),
+    )
+
+
+def _pinned(links, copies, stabilized, constraint_rank) -> dict:
+    """The keywords :func:`system` and :func:`multibody_system` share: the pin (Baumgarte terms unless
+    ``stabilized=False``), the coordinates' names and the declared rank."""
+    _check_links(links)
+    stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="quadratic") if stabilized else None
+    name = "tip pin" if copies == 1 else f"tip pin x{copies}"
+    return dict(
         constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
         coordinate_names=tuple(f"theta{i}" for i in range(links)),
         constraint_rank=constraint_rank,
@@ -213,14 +221,5 @@ def multibody_system(
     building M from the Lagrangian and factorizing it. The pin is the same constraint function (the tip by
     :func:`tip`; ``Tree.point`` gives the same point); the motion is the same as :func:`system`'s to
     round-off."""
-    chain = tree(links)
-    stab = Baumgarte(gains=lambda p: (p["alpha"], p["beta"]), form="quadratic") if stabilized else None
-    name = "tip pin" if copies == 1 else f"tip pin x{copies}"
-    return chain.system(
-        bodies,
-        _gravity,
-        applied_force=joint_damping,
-        constraints=(Holonomic(phi=tip_constraint(copies), baumgarte=stab, name=name),),
-        coordinate_names=tuple(f"theta{i}" for i in range(links)),
-        constraint_rank=constraint_rank,
-    )
+    keywords = _pinned(links, copies, stabilized, constraint_rank)
+    return tree(links).system(bodies, _gravity, applied_force=joint_damping, **keywords)
