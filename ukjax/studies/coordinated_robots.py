@@ -1,6 +1,5 @@
-"""Two coordinated 3-link robots carrying a load (Liu et al. 2015, §V-VI, Figs. 4-14;
-seed 000) under
-minimum-norm servo control.
+"""Two coordinated 3-link robots carrying a load (Liu et al. 2015, §V-VI, Figs. 4-14) under minimum-norm
+servo control (seed file 000_501f497dd266e1a0.txt).
 
 Simulates :mod:`ukjax.models.coordinated_robots` (closed chain, 3 DOF, 6 actuators) from the initial state
 derived by Newton's method on the constraints (the paper's Table I is missing), records θ1...θ5 (Figs.

@@ -1,5 +1,5 @@
-"""Pseudoinverse algorithms on the overconstrained five-bar linkage (de Falco, Pennestrì & Vita,
-Tables 7-12 and Figure 2; seed 004).
+"""Pseudoinverse algorithms on the overconstrained five-bar linkage (de Falco, Pennestrì & Vita 2008,
+Tables 7-12 and Figure 2; seed file 004_e22b6c5b7d6a2220.txt).
 
 de Falco, Pennestrì & Vita integrate the UK equation eq. 31/32 of the five-bar parallelogram
 (:mod:`ukjax.models.five_bar`, n = 12, Jacobian rank 11) for 20 s with each of five generalized-inverse

@@ -1,5 +1,5 @@
 """Two-link flexible-joint manipulator under the UK-based control of the UK review (Chin. J.
-Mech. Eng., §8.3, eq. 66-72; seed 002).
+Mech. Eng., §8.3, eq. 66-72; seed file 002_083747a4dba3b0ed.txt).
 
 The paper starts the links with rates q̇⁽²⁾ = 1, q̇⁽⁴⁾ = -0.1 (β(0) = 0.9 off the task q̇⁽²⁾ + q̇⁽⁴⁾ = 0)
 and reports |β| below 10⁻³ within 2 s (its Fig. 10) and the link rates (its Fig. 11). This study simulates

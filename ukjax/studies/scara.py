@@ -1,5 +1,5 @@
 """SCARA robot on a helical trajectory, without and with Baumgarte stabilization (Xu & Liu 2017,
-Figs. 2-10; seed 001).
+Figs. 2-10; seed file 001_2c4fc0c9b134483a.txt).
 
 Xu & Liu (2017) integrate the UK equation of the SCARA (:mod:`ukjax.models.scara`) from initial
 conditions that violate the trajectory constraint eq. 47 and report maximal displacement errors of about

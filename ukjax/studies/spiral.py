@@ -1,4 +1,5 @@
-"""A particle on a logarithmic spiral at a prescribed angular rate (UK review, seed 002 §8.1, Figures 2-5).
+"""A particle on a logarithmic spiral at a prescribed angular rate (UK review, Chin. J. Mech. Eng.,
+§8.1, Figures 2-5; seed file 002_083747a4dba3b0ed.txt).
 
 The paper integrates the UK equation eq. 57 (:mod:`ukjax.models.spiral`) from consistent initial conditions
 and plots r against θ, r(t) and θ(t), the Cartesian path, and the position and velocity errors ε1 (eq. 58)

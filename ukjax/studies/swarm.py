@@ -1,4 +1,5 @@
-"""Five mobile robots under the velocity-level swarm constraint of seed 002 §8.2 (eq. 60-65).
+"""Five mobile robots under the velocity-level swarm constraint of the UK review (Chin. J. Mech. Eng.,
+§8.2, eq. 60-65; seed file 002_083747a4dba3b0ed.txt).
 
 The paper reports that the robots never collide, aggregate when far apart and separate when too close (its
 Fig. 7), and that ‖β(t)‖ falls from a large initial value below 0.01 (its Fig. 8); its table of initial

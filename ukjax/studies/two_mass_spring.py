@@ -1,4 +1,5 @@
-"""Underactuated two-mass spring of seed 000 §IV under servo-constraint control (eq. 36-47).
+"""Underactuated two-mass spring of Liu et al. 2015 (§IV) under servo-constraint control (eq. 36-47;
+seed file 000_501f497dd266e1a0.txt).
 
 Two runs of :mod:`ukjax.models.two_mass_spring` in one compiled batch: a start that satisfies the servo
 constraint x2 - x1 = 2l (both masses moving at the same speed), and one that violates it by ``--offset``.
