@@ -2,75 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict:
-    """Machine, backend and library versions, for every metrics.json and benchmark result."""
-    import diffrax
-    import equinox
-
-    devices = jax.devices()
-    return {
-        "machine": {
-            "cpu": _cpu_model(),
-            "cores": os.cpu_count(),
-            "platform": platform.platform(),
-            "backend": jax.default_backend(),
-            "devices": [d.device_kind for d in devices],
-        },
-        "versions": {
-            "python": sys.version.split()[0],
-            "jax": jax.__version__,
-            "jaxlib": getattr(jax.lib, "__version__", None) or jax.__version__,
-            "diffrax": diffrax.__version__,
-            "equinox": equinox.__version__,
-            "numpy": np.__version__,
-        },
-        "float64": bool(jax.config.jax_enable_x64),
-    }
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray | jax.Array):
-        return _jsonable(np.asarray(value).tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return str(value)
-    return value
-
-
-def write_json(path, payload: dict, *, with_environment: bool = True) -> Path:
-    """Write ``payload`` (numbers, arrays, nested dicts) as indented JSON, adding the environment block."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = dict(payload)
-    if with_environment:
-        data.setdefault("environment", environment())
-    path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
-    return path
+from ukjax._io import environment as environment  # noqa: F401  (re-exported for the studies)
+from ukjax._io import write_json as write_json  # noqa: F401
 
 
 def save_figure(fig, path) -> str:

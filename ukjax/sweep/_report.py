@@ -61,7 +61,7 @@ def _groups(
 
 def report(out, *, quiet: bool = False) -> dict:
     """Write ``OUT/report/report.json`` and the figures for the sweep in ``out``; returns the report."""
-    from ukjax.studies._common import write_json
+    from ukjax._io import write_json
 
     out = Path(out)
     manifest = _store.read_manifest(out)

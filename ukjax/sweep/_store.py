@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ukjax.studies._common import environment
+from ukjax._io import environment
 
 MANIFEST = "manifest.json"
 CHUNKS = "chunks"

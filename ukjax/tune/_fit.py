@@ -267,7 +267,7 @@ def _load_checkpoint(path: Path, theta_like, opt_like) -> dict:
 
 def write_history(out, history: list, summary: dict | None = None) -> tuple[Path, Path]:
     """history.json (records plus ``summary``) and history.csv (one row per step, tuned values flattened)."""
-    from ukjax.studies._common import write_json
+    from ukjax._io import write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
