@@ -35,6 +35,24 @@ def float64_enabled() -> bool:
     return bool(jax.config.jax_enable_x64)
 
 
+JAX_TESTED = ((0, 10), (0, 12))
+"""The jax releases ukjax is tested with: >= 0.10 and < 0.12 (the CPU machines' jax 0.10.2 runs the whole
+test suite; the GPU machine's jax 0.11.2 runs ``benchmarks/gpu_suite.py``). ukjax uses public jax APIs only
+(``jax.shard_map``, ``jax.export``, ``jax.sharding``), so nearby releases may work; outside this range
+nothing has been checked."""
+
+
+def jax_version_supported() -> dict:
+    """The running jax version against :data:`JAX_TESTED`: ``{"jax", "tested_range", "in_range"}``."""
+    parts = [int(x) for x in jax.__version__.split(".")[:2] if x.isdigit()]
+    low, high = JAX_TESTED
+    return {
+        "jax": jax.__version__,
+        "tested_range": f">={low[0]}.{low[1]}, <{high[0]}.{high[1]}",
+        "in_range": low <= tuple(parts) < high,
+    }
+
+
 CACHE_ENV = "UKJAX_CACHE_DIR"
 
 
