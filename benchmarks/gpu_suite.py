@@ -88,7 +88,7 @@ def sizes(smoke: bool) -> dict:
     """Problem sizes of every section: full (one H100) or ``--smoke`` (a few seconds each on a CPU)."""
     if smoke:
         return {
-            "batches": [4, 16],
+            "batches": [8],
             "steps": 5,
             "dt": 5e-3,
             "repeats": 1,

@@ -114,3 +114,18 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
     assert tests["passed"] >= 1 and tests["failures"] == tests["errors"] == 0
     env = read("environment")
     assert env["environment"]["versions"]["jax"] == jax.__version__ and env["devices"]
+
+
+def test_user_written_scara_matches_the_closed_form_of_the_paper():
+    """benchmarks/user_scara.py (A, b by hand) against benchmarks/throughput.py's NumPy eigh/pinv form of
+    Xu & Liu 2017 eq. 50-51 at a perturbed state: the same q̈ to float64 round-off (cond(A) ~ 10)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import throughput
+    import user_scara
+
+    rng = np.random.default_rng(3)
+    q = np.array([-0.52, 0.96, -0.42, 0.001]) + 0.05 * rng.normal(size=4)
+    qd = np.array([-0.157, 0.0001, 0.157, 0.0195]) + 0.1 * rng.normal(size=4)
+    reference = throughput.uk_sqrt_form(np, np.linalg, q, qd, 0.3, throughput.PAPER)
+    qdd = user_scara.system().acceleration(jnp.asarray(q), jnp.asarray(qd), 0.3, user_scara.params())
+    np.testing.assert_allclose(np.asarray(qdd), reference, rtol=1e-9, atol=1e-9)
