@@ -46,7 +46,8 @@ def test_scara_batch_export_for_gpu_has_no_callbacks_or_custom_kernels():
 
 def test_export_for_gpu_inspection_finds_kernels_and_refuses_callbacks():
     x = jnp.eye(3) + 0.1
-    found = custom_calls(lambda a: jnp.linalg.svd(a, compute_uv=False).sum() + jnp.linalg.cholesky(a).sum(), x)
+    both = lambda a: jnp.linalg.svd(a, compute_uv=False).sum() + jnp.linalg.cholesky(a).sum()
+    found = custom_calls(both, x)
     assert any("gesvd" in name for name in found) and any("potrf" in name for name in found)
     assert any(name.startswith("lapack_") for name in custom_calls(jnp.linalg.cholesky, x, platform="cpu"))
 
@@ -85,7 +86,7 @@ def test_gpu_suite_smoke_writes_every_section(smoke):
     assert files == SUITE_FILES, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["smoke"] is True and summary["schema"] == 1
-    bad = {s: json.loads((out / f"{s}.json").read_text()).get("error") for s, v in summary["statuses"].items()}
+    bad = {s: json.loads((out / f"{s}.json").read_text()).get("error") for s in summary["statuses"]}
     assert all(v == "ok" for v in summary["statuses"].values()), {s: e for s, e in bad.items() if e}
     assert done.returncode == 0 and "gpu_suite:" in done.stdout
 
@@ -117,8 +118,9 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
 
 
 def test_user_written_scara_matches_the_closed_form_of_the_paper():
-    """benchmarks/user_scara.py (A, b by hand) against benchmarks/throughput.py's NumPy eigh/pinv form of
-    Xu & Liu 2017 eq. 50-51 at a perturbed state: the same q̈ to float64 round-off (cond(A) ~ 10)."""
+    """benchmarks/user_scara.py against benchmarks/throughput.py's closed form of Xu & Liu 2017 (M eq. 34,
+    C q̇ and G eq. 35-36, A and b eq. 49 with the Baumgarte terms of eq. 54) at a perturbed state, term by
+    term: the SCARA is fully constrained (rank A = 4 = n), so q̈ alone would not see an error in M or Q."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import throughput
     import user_scara
@@ -126,6 +128,13 @@ def test_user_written_scara_matches_the_closed_form_of_the_paper():
     rng = np.random.default_rng(3)
     q = np.array([-0.52, 0.96, -0.42, 0.001]) + 0.05 * rng.normal(size=4)
     qd = np.array([-0.157, 0.0001, 0.157, 0.0195]) + 0.1 * rng.normal(size=4)
-    reference = throughput.uk_sqrt_form(np, np.linalg, q, qd, 0.3, throughput.PAPER)
-    qdd = user_scara.system().acceleration(jnp.asarray(q), jnp.asarray(qd), 0.3, user_scara.params())
-    np.testing.assert_allclose(np.asarray(qdd), reference, rtol=1e-9, atol=1e-9)
+    M, Q, A, b, _ = throughput.scara_terms(np, q, qd, 0.3, throughput.PAPER)
+    p, qj, qdj = user_scara.params(), jnp.asarray(q), jnp.asarray(qd)
+    mine = (
+        user_scara.mass_matrix(qj, 0.3, p),
+        user_scara.forces(qj, qdj, 0.3, p),
+        user_scara.constraint_matrix(qj, qdj, 0.3, p),
+        user_scara.constraint_rhs(qj, qdj, 0.3, p),
+    )
+    for name, got, want in zip("M Q A b".split(), mine, (M, Q, A, b), strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12, err_msg=name)
