@@ -5,6 +5,8 @@ once per module: uninterrupted, in two parts through a checkpoint, and interrupt
 resume stops at the fingerprint check, before anything is compiled, so the mismatch tests cost no compilation.
 """
 
+import json
+import os
 import shutil
 import zipfile
 
@@ -171,6 +173,12 @@ def _entries(path):
         return {name: data[name] for name in data.files}
 
 
+def _edited_meta(path, **state):
+    meta = json.loads(_entries(path)["meta"].tobytes())
+    meta["state"].update(state)
+    return np.frombuffer(json.dumps(meta).encode(), np.uint8)
+
+
 CORRUPTIONS = {
     "truncated": (lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]), "damaged"),
     "random_bytes": (
@@ -193,6 +201,10 @@ CORRUPTIONS = {
         lambda path: np.savez(path, **dict(_entries(path), **{"theta/0": np.zeros(3)})),
         "entry 'theta/0' has shape (3,)",
     ),
+    "inconsistent_state": (
+        lambda path: np.savez(path, **dict(_entries(path), meta=_edited_meta(path, step=3))),
+        "its state is inconsistent (step 3 with 2 history records)",
+    ),
     "missing_entry": (
         lambda path: np.savez(path, **{k: v for k, v in _entries(path).items() if k != "opt_state/1"}),
         "lacks the entry 'opt_state/1'",
@@ -207,6 +219,15 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(runs, tmp_path, case):
     damage(path)
     message = _refused(path, expected)
     assert "start afresh" in message
+
+
+def test_a_resume_removes_only_the_temporary_files_of_dead_writers(runs, tmp_path):
+    path = _copy(runs, tmp_path)
+    # a dead process (999999999) and a live one (the parent of this one; this process writes its own .tmp-PID)
+    dead, alive = tmp_path / "half.npz.tmp-999999999", tmp_path / f"half.npz.tmp-{os.getppid()}"
+    dead.write_bytes(b"partial"), alive.write_bytes(b"being written")
+    done = _fit(2, checkpoint=path)  # the checkpoint holds 2 steps already: nothing is computed
+    assert len(done.history) == 2 and not dead.exists() and alive.exists()
 
 
 def test_checkpoints_are_written_atomically_without_pickles(runs, tmp_path):

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ukjax._io import atomic_write_text, write_json
+from ukjax._io import atomic_write_text, stale_temporary, write_json
 from ukjax.simulation import simulate_batch
 from ukjax.tune import _checkpoint
 from ukjax.tune._objectives import Mean, Objective, as_objective
@@ -341,6 +341,13 @@ def _resume(path: Path, fingerprint: dict, steps: int, theta, opt_state, default
     missing = [key for key in _STATE_KEYS if key not in loaded]
     if missing:
         raise ValueError(f"checkpoint {path}: its state lacks {missing}; {_checkpoint.AFRESH}")
+    step, history = loaded["step"], loaded["history"]
+    if not isinstance(step, int) or not isinstance(history, list) or len(history) != step:
+        raise ValueError(
+            f"checkpoint {path}: its state is inconsistent (step {step!r} with "
+            f"{len(history) if isinstance(history, list) else history!r} history records); "
+            f"{_checkpoint.AFRESH}"
+        )
     if loaded["step"] > steps:
         raise ValueError(
             f"checkpoint {path} holds {loaded['step']} steps, more than steps={steps}: pass steps >= "
@@ -526,6 +533,9 @@ def fit(
             system, space, scenarios, objective, risk, options, optimizer, opt_state,
             optimizer_description, seed, _checkpoint.describe(loop),
         )  # fmt: skip
+    if ckpt is not None:
+        for stale in stale_temporary(ckpt.parent, ckpt.name):  # left by a writer that was killed
+            stale.unlink(missing_ok=True)
     if ckpt is not None and ckpt.exists():
         loaded, theta, opt_state, accepted = _resume(ckpt, fingerprint, steps, theta, opt_state, default_hint)
         state.update({k: v for k, v in loaded.items() if k in state})
