@@ -295,3 +295,26 @@ def test_scenarios_of_inconsistent_shapes_are_refused():
         tune.Scenarios(jnp.zeros((2, 2)), jnp.zeros((2, 2)), {"m1": jnp.ones(3)})
     with pytest.raises(ValueError, match="must hold real numbers"):
         _fit(scenarios=tune.Scenarios(np.array([["a", "b"], ["c", "d"]]), np.zeros((2, 2))))
+
+
+def test_an_edited_helper_in_a_user_module_changes_the_fingerprint(tmp_path, monkeypatch):
+    # a user's objective term calls a helper of its module: editing the helper (not the term) must be seen
+    import importlib
+    import sys
+
+    from ukjax.tune import _checkpoint
+
+    module = tmp_path / "user_terms_for_fingerprint.py"
+    module.write_text(
+        "def helper(x):\n    return x\n\n\ndef term(sol, p):\n    return helper(sol.q[-1, 0])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = _checkpoint.describe(tune.custom(importlib.import_module(module.stem).term))
+    module.write_text(
+        "def helper(x):\n    return 2 * x\n\n\ndef term(sol, p):\n    return helper(sol.q[-1, 0])\n"
+    )
+    os.utime(module, ns=(1, 1))  # a new modification time, whatever the clock's resolution
+    second = _checkpoint.describe(tune.custom(importlib.reload(sys.modules[module.stem]).term))
+    assert first["fn"]["closure"][0]["source_sha256"] == second["fn"]["closure"][0]["source_sha256"]
+    with pytest.raises(ValueError, match=r"objective.fn.closure\[0\].module_sha256"):
+        _checkpoint.check_fingerprint(tmp_path / "c.npz", dict(objective=first), dict(objective=second))

@@ -17,7 +17,8 @@ A checkpoint (``.npz``, written atomically with :func:`ukjax._io.atomic_savez`) 
   equinox and optax.
 
 Functions are identified by module, qualified name, a hash of their source text (byte code when there is no
-source) and, recursively, the values their closures capture; arrays by shape, dtype and a SHA-256 of their
+source) and of their module's source file (so that an edited helper they call is seen), and, recursively, the
+values their closures capture; arrays by shape, dtype and a SHA-256 of their
 bytes. Two runs with equal fingerprints compute the same numbers; a resume whose fingerprint differs is
 refused with the fields that differ. What cannot be seen: an optimizer hyperparameter that lives only in a
 Python closure (the learning rate of ``optax.adam(0.1)`` against ``optax.adam(0.2)``: same state structure,
@@ -69,6 +70,20 @@ def _is_array(value) -> bool:
     return isinstance(value, np.ndarray | np.generic | jax.Array)
 
 
+@functools.lru_cache(maxsize=256)
+def _file_hash(filename: str, mtime_ns: int) -> str:
+    return _sha(Path(filename).read_bytes())
+
+
+def _module_source_hash(fn) -> str | None:
+    """A hash of the source file of ``fn``'s module: a helper it calls that changed is seen too."""
+    try:
+        filename = inspect.getsourcefile(fn)
+        return None if filename is None else _file_hash(filename, Path(filename).stat().st_mtime_ns)
+    except (OSError, TypeError):
+        return None
+
+
 def _function_identity(fn, depth: int) -> dict:
     if isinstance(fn, functools.partial):
         return {
@@ -89,6 +104,9 @@ def _function_identity(fn, depth: int) -> dict:
         code = getattr(fn, "__code__", None)
         if code is not None:
             out["code_sha256"] = _sha(code.co_code + repr(code.co_consts).encode())
+    module_hash = _module_source_hash(fn)
+    if module_hash is not None:
+        out["module_sha256"] = module_hash
     cells = []
     for cell in getattr(fn, "__closure__", None) or ():
         try:
