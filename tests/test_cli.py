@@ -196,3 +196,131 @@ def test_demo_refuses_an_unknown_solver(capsys, tmp_path):
 def test_demo_refuses_a_step_longer_than_the_span(capsys, tmp_path):
     assert main(["demo", "--scenarios", "2", "--duration", "1", "--dt", "10", "--out", str(tmp_path)]) == 2
     assert "dt = 1.0 is not smaller than the span" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ files that fail
+@pytest.fixture
+def writing_study(monkeypatch):
+    """A registered study whose run() writes metrics.json through ukjax's atomic writer."""
+    from pathlib import Path
+
+    from ukjax._io import write_json
+
+    module = types.ModuleType("ukjax_test_writing_study")
+    module.DESCRIPTION = "a study that writes metrics.json"
+    module.add_arguments = lambda parser: None
+    module.run = lambda args: write_json(
+        Path(args.out) / "metrics.json", {"ok": True}, with_environment=False
+    )
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(studies.STUDIES, "writer", module.__name__)
+    return module
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ukjax: error: "), captured.err
+    assert "Traceback" not in captured.err and "results in" not in captured.out
+    return lines[0]
+
+
+class _FailingFile:
+    """A real file opened for writing whose write() fails like a full disk."""
+
+    def __init__(self, path, mode):
+        self.handle = open(path, mode)  # noqa: SIM115 (closed by __exit__)
+
+    def write(self, data):
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def _read_only(path, mode):
+    import errno
+
+    raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+
+@pytest.mark.parametrize(
+    "opener, reason", [(_read_only, "Read-only file system"), (_FailingFile, "No space left on device")]
+)
+def test_a_result_that_cannot_be_written_ends_in_one_line_naming_the_file(
+    writing_study, tmp_path, monkeypatch, capsys, opener, reason
+):
+    # tests run as root, where a read-only folder does not stop writes: the failure is injected in the open()
+    # that ukjax's atomic writer uses, as the file system would raise it
+    import ukjax._io
+
+    monkeypatch.setattr(ukjax._io, "open", opener, raising=False)
+    out = tmp_path / "out"
+    assert main(["run", "writer", "--out", str(out)]) == EXIT_USAGE
+    line = _one_error_line(capsys)
+    assert str(out / "metrics.json") in line and reason in line, line
+    assert not list(out.iterdir())  # no temporary file and no partial metrics.json left behind
+
+
+def test_an_output_folder_that_cannot_be_created_ends_in_one_line_naming_it(
+    writing_study, tmp_path, monkeypatch, capsys
+):
+    import errno
+    from pathlib import Path
+
+    parent = tmp_path / "read-only"
+    mkdir = Path.mkdir
+
+    def refuse_under_parent(self, *args, **kwargs):
+        if parent in self.parents or self == parent:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse_under_parent)
+    out = parent / "results"
+    assert main(["run", "writer", "--out", str(out)]) == EXIT_USAGE
+    line = _one_error_line(capsys)
+    assert line == f"ukjax: error: Permission denied: {out}"
+
+
+def test_an_unreadable_sweep_spec_ends_in_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    import errno
+    from pathlib import Path
+
+    spec = tmp_path / "sweep_unreadable.toml"
+    spec.write_text('model = "scara"\n')
+    opened = Path.open
+
+    def refuse_spec(self, *args, **kwargs):
+        if self == spec:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse_spec)
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == EXIT_USAGE
+    assert _one_error_line(capsys) == f"ukjax: error: Permission denied: {spec}"
+
+
+def test_os_error_message_names_the_paths_once():
+    import errno
+
+    from ukjax._io import ResultWriteError
+    from ukjax.cli import os_error_message
+
+    assert os_error_message(FileNotFoundError(errno.ENOENT, "No such file or directory", "/a/b")) == (
+        "No such file or directory: /a/b"
+    )
+    assert os_error_message(OSError(errno.EXDEV, "Invalid cross-device link", "/a", None, "/b")) == (
+        "Invalid cross-device link: /a -> /b"
+    )
+    written = ResultWriteError(errno.ENOSPC, "cannot write /r/metrics.json: No space left on device")
+    assert os_error_message(written) == "cannot write /r/metrics.json: No space left on device"
+    assert os_error_message(OSError("a message\nover two lines")) == "a message over two lines"

@@ -229,6 +229,20 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # input refused before any work (ukjax._validation): the message is the help
         print(f"ukjax: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # a file that cannot be read or written: one line naming it, no traceback
+        print(f"ukjax: error: {os_error_message(error)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def os_error_message(error: OSError) -> str:
+    """One line naming the file of an ``OSError``: ``REASON: PATH`` (``REASON: PATH -> PATH2`` for a rename),
+    or the message itself when it names the file already (``ukjax._io.ResultWriteError``)."""
+    reason = error.strerror or str(error) or type(error).__name__
+    paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    missing = [p for p in paths if p not in reason]
+    if missing:
+        reason = f"{reason}: {' -> '.join(missing)}"
+    return " ".join(reason.split())
 
 
 def _dispatch(parser, run_parser, argv) -> int:

@@ -8,7 +8,8 @@ Three pieces, one module each:
 * :mod:`ukjax.tune._parametrization`: which leaves of ``p`` are tuned and how (log / softplus for
   positivity, box bounds by projection or a sigmoid, one shared number for an array leaf);
 * :mod:`ukjax.tune._fit`: :func:`fit`, the optax loop (one compiled value-and-gradient per step, divergence
-  back-off, history as JSON/CSV, checkpoints that resume exactly, early stopping), and
+  back-off, history as JSON/CSV, checkpoints that resume exactly and refuse to resume another run
+  (:mod:`ukjax.tune._checkpoint`), early stopping), and
   :mod:`ukjax.tune._stability`: gain bounds from the integrator's stability region.
 
 Example (the SCARA's two Baumgarte gains, one number each for all four constraint rows)::

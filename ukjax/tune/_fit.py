@@ -30,7 +30,7 @@ so that the checkpoint memory is sized to the run.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import os
 import time
@@ -44,7 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ukjax._io import atomic_write_text, stale_temporary, write_json
 from ukjax.simulation import simulate_batch
+from ukjax.tune import _checkpoint
 from ukjax.tune._objectives import Mean, Objective, as_objective
 from ukjax.tune._parametrization import Parametrization
 
@@ -57,9 +59,53 @@ class Scenarios(eqx.Module):
     qd0: jax.Array
     params: Any = None
 
+    def __check_init__(self):
+        shape = np.shape(self.q0)
+        if len(shape) != 2 or np.shape(self.qd0) != shape:
+            raise ValueError(
+                f"tune.Scenarios: q0 and qd0 must both have shape (batch, n); got q0 of shape {shape} and "
+                f"qd0 of shape {np.shape(self.qd0)}"
+            )
+        for path, leaf in jax.tree_util.tree_leaves_with_path(self.params):
+            leaf_shape = np.shape(leaf)
+            if not leaf_shape or leaf_shape[0] != shape[0]:
+                raise ValueError(
+                    f"tune.Scenarios: params{jax.tree_util.keystr(path)} has shape {leaf_shape}; every "
+                    f"params leaf needs the batch size {shape[0]} (of q0) as its first axis"
+                )
+
     @property
     def size(self) -> int:
         return int(self.q0.shape[0])
+
+    def check(self, n: int, name: str = "scenarios") -> None:
+        """Refuse (ValueError naming the field and the scenario) a batch that cannot be simulated by a system
+        with n coordinates: not real numbers, a wrong n, no scenario, or a NaN or infinite entry in q0, qd0
+        or a floating leaf of params. Values under a jax transformation are not checked."""
+        if self.size == 0:
+            raise ValueError(f"{name} is empty: q0 has shape {np.shape(self.q0)}")
+        fields = [("q0", self.q0), ("qd0", self.qd0)]
+        fields += [
+            (f"params{jax.tree_util.keystr(path)}", leaf)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(self.params)
+        ]
+        for field, value in fields:
+            if isinstance(value, jax.core.Tracer):
+                continue
+            values = np.asarray(value)
+            if values.dtype.kind not in "biuf":
+                raise ValueError(f"{name}.{field} must hold real numbers, got dtype {values.dtype}")
+            if field in ("q0", "qd0") and values.shape[1] != n:
+                raise ValueError(
+                    f"{name}.{field} has {values.shape[1]} coordinates per scenario; the system has {n}"
+                )
+            bad = ~np.isfinite(values).reshape(values.shape[0], -1).all(axis=1)
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"{name}.{field} is NaN or infinite in scenario {first} (of {self.size}; all such: "
+                    f"{np.flatnonzero(bad).tolist()}): {values[first].tolist()}"
+                )
 
 
 def simulation_options(*, t1, dt=None, t0=0.0, ts=None, num_saves: int | None = None, **other) -> dict:
@@ -182,9 +228,22 @@ def _compiled_update(optimizer, space, theta, opt_state, grad, scale):
     return space.project(optax.apply_updates(theta, updates)), opt_state
 
 
+class DescribedOptimizer(optax.GradientTransformationExtraArgs):
+    """An optax transformation carrying a ``description`` (str) that :func:`fit` puts in its checkpoints'
+    fingerprint: what the optimizer's state cannot show (a learning rate, a schedule's length)."""
+
+
+DEFAULT_OPTIMIZER = "ukjax.tune.default_optimizer("
+
+
 def default_optimizer(steps: int, learning_rate: float = 0.1) -> optax.GradientTransformation:
-    """Adam (Kingma & Ba 2015) with a cosine-decayed step from ``learning_rate`` to a tenth of it."""
-    return optax.adam(optax.cosine_decay_schedule(learning_rate, max(int(steps), 1), alpha=0.1))
+    """Adam (Kingma & Ba 2015) with a cosine-decayed step from ``learning_rate`` to a tenth of it over
+    ``steps`` steps (held at the tenth after them); its ``description`` names both numbers, so that a
+    checkpoint written with it is not resumed with another schedule."""
+    adam = optax.adam(optax.cosine_decay_schedule(learning_rate, max(int(steps), 1), alpha=0.1))
+    described = DescribedOptimizer(adam.init, adam.update)
+    described.description = f"{DEFAULT_OPTIMIZER}{int(steps)}, learning_rate={float(learning_rate)!r})"
+    return described
 
 
 def tree_norm(tree) -> float:
@@ -219,58 +278,111 @@ class FitResult(eqx.Module):
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
-def _save_checkpoint(path: Path, state: dict) -> None:
-    """Atomic write of the loop state (arrays as .npz, the rest as JSON inside it)."""
-    arrays = {}
-    for group in ("theta", "opt_state", "acc_theta", "acc_opt_state", "acc_grad", "best_theta"):
-        tree = state.get(group)
-        if tree is None:
-            continue
-        for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
-            arrays[f"{group}/{i}"] = np.asarray(leaf)
-    meta = {
-        k: v
-        for k, v in state.items()
-        if k not in {"theta", "opt_state", "acc_theta", "acc_opt_state", "acc_grad", "best_theta"}
-    }
-    meta["groups"] = [g for g in ("acc_theta", "best_theta") if state.get(g) is not None]
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path: Path, theta_like, opt_like) -> dict:
-    with np.load(path) as data:
-        meta = json.loads(bytes(data["meta"]).decode())
-
-        def restore(group, like):
-            leaves, treedef = jax.tree_util.tree_flatten(like)
-            if f"{group}/0" not in data and leaves:
-                return None
-            return jax.tree_util.tree_unflatten(
-                treedef, [jnp.asarray(data[f"{group}/{i}"]) for i in range(len(leaves))]
+def _fingerprint(
+    system, space, scenarios, objective, risk, options, optimizer, opt_state, description, seed, loop
+) -> dict:
+    """What decides the numbers of a tuning run (:mod:`ukjax.tune._checkpoint`); steps are kept apart."""
+    leaves = []
+    theta = space.init()
+    for name, spec, shape in space.specs:
+        leaves.append(
+            dict(
+                name=name,
+                transform=spec.kind,
+                lower=spec.lower,
+                upper=spec.upper,
+                shared=spec.shared,
+                leaf_shape=list(shape),
+                theta_shape=list(np.shape(theta[name])),
+                theta_dtype=str(jnp.result_type(theta[name])),
             )
+        )
+    if isinstance(scenarios, Scenarios):
+        batch = _checkpoint.describe(scenarios)
+    else:
+        shapes = jax.eval_shape(scenarios, jax.random.PRNGKey(seed))
+        shapes = jax.tree_util.tree_map(lambda s: [list(s.shape), str(s.dtype)], shapes)
+        batch = {"sampler": _checkpoint.describe(scenarios), "output": _checkpoint.describe(shapes)}
+    if description is None:
+        description = getattr(optimizer, "description", None)
+    return _checkpoint.canonical(
+        dict(
+            parametrization=dict(leaves=leaves, params=_checkpoint.describe(space.base)),
+            optimizer=dict(state=_checkpoint.tree_identity(opt_state), description=description),
+            options=_checkpoint.describe(options),
+            objective=_checkpoint.describe(objective),
+            risk=_checkpoint.describe(risk),
+            scenarios=batch,
+            system=_checkpoint.describe(system),
+            seed=seed,
+            loop=loop,
+            versions=_checkpoint.versions(),
+        )
+    )
 
-        state = dict(meta)
-        state["theta"] = restore("theta", theta_like)
-        state["opt_state"] = restore("opt_state", opt_like)
-        if "acc_theta" in meta["groups"]:
-            state["acc_theta"] = restore("acc_theta", theta_like)
-            state["acc_opt_state"] = restore("acc_opt_state", opt_like)
-            state["acc_grad"] = restore("acc_grad", theta_like)
-        if "best_theta" in meta["groups"]:
-            state["best_theta"] = restore("best_theta", theta_like)
-    return state
+
+_STATE_KEYS = ("step", "scale", "backoffs", "history", "simulations", "stopped")
+
+
+def _resume(path: Path, fingerprint: dict, steps: int, theta, opt_state, default_hint: str) -> tuple:
+    """(loop state, θ, optimizer state, accepted triple or None) from the checkpoint ``path``, refused with a
+    message naming the file when it belongs to another run or is damaged."""
+    meta, arrays = _checkpoint.read(path)
+    old = meta["fingerprint"]
+    hint = ""
+    old_description = (old.get("optimizer") or {}).get("description")
+    if default_hint and isinstance(old_description, str) and old_description.startswith(DEFAULT_OPTIMIZER):
+        hint = (
+            f"the default optimizer's schedule spans the run's steps: to continue the checkpoint's run for "
+            f"more steps, pass optimizer={old_description}; "
+        )
+    _checkpoint.check_fingerprint(path, old, fingerprint, hint)
+    loaded = meta["state"]
+    missing = [key for key in _STATE_KEYS if key not in loaded]
+    if missing:
+        raise ValueError(f"checkpoint {path}: its state lacks {missing}; {_checkpoint.AFRESH}")
+    step, history = loaded["step"], loaded["history"]
+    if not isinstance(step, int) or not isinstance(history, list) or len(history) != step:
+        raise ValueError(
+            f"checkpoint {path}: its state is inconsistent (step {step!r} with "
+            f"{len(history) if isinstance(history, list) else history!r} history records); "
+            f"{_checkpoint.AFRESH}"
+        )
+    if loaded["step"] > steps:
+        raise ValueError(
+            f"checkpoint {path} holds {loaded['step']} steps, more than steps={steps}: pass steps >= "
+            f"{loaded['step']} to continue it; {_checkpoint.AFRESH}"
+        )
+    theta = _checkpoint.restore(path, arrays, "theta", theta)
+    like = opt_state
+    opt_state = _checkpoint.restore(path, arrays, "opt_state", like)
+    accepted = None
+    if "acc_theta" in meta["groups"]:
+        accepted = tuple(
+            _checkpoint.restore(path, arrays, group, tree)
+            for group, tree in (("acc_theta", theta), ("acc_opt_state", like), ("acc_grad", theta))
+        )
+    if "best_theta" in meta["groups"]:
+        loaded = dict(loaded, best_theta=_checkpoint.restore(path, arrays, "best_theta", theta))
+    return loaded, theta, opt_state, accepted
+
+
+def _save_checkpoint(path: Path, state: dict, fingerprint: dict, steps: int) -> None:
+    """Atomic write of the loop state (arrays as .npz entries, the rest and the fingerprint as JSON)."""
+    trees = {group: state.get(group) for group in _checkpoint.TREE_GROUPS}
+    meta = dict(
+        format=_checkpoint.CHECKPOINT_FORMAT,
+        fingerprint=fingerprint,
+        steps=steps,
+        state={k: v for k, v in state.items() if k not in _checkpoint.TREE_GROUPS},
+        groups=[g for g in ("acc_theta", "best_theta") if state.get(g) is not None],
+    )
+    _checkpoint.save(path, trees, meta)
 
 
 def write_history(out, history: list, summary: dict | None = None) -> tuple[Path, Path]:
     """history.json (records plus ``summary``) and history.csv (one row per step, tuned values flattened)."""
-    from ukjax._io import write_json
-
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     json_path = write_json(
         out / "history.json", {"summary": summary or {}, "history": history}, with_environment=False
     )
@@ -285,18 +397,18 @@ def write_history(out, history: list, summary: dict | None = None) -> tuple[Path
         for name in record.get("parts", {}):
             if f"part:{name}" not in extra:
                 extra.append(f"part:{name}")
-    csv_path = out / "history.csv"
-    with csv_path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns + extra)
-        for record in history:
-            flat = {}
-            for name, value in record["values"].items():
-                for j, v in enumerate(np.ravel(value)):
-                    flat[name if np.ndim(value) == 0 else f"{name}[{j}]"] = float(v)
-            for name, value in record.get("parts", {}).items():
-                flat[f"part:{name}"] = value
-            writer.writerow([record.get(c) for c in columns] + [flat.get(c) for c in extra])
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(columns + extra)
+    for record in history:
+        flat = {}
+        for name, value in record["values"].items():
+            for j, v in enumerate(np.ravel(value)):
+                flat[name if np.ndim(value) == 0 else f"{name}[{j}]"] = float(v)
+        for name, value in record.get("parts", {}).items():
+            flat[f"part:{name}"] = value
+        writer.writerow([record.get(c) for c in columns] + [flat.get(c) for c in extra])
+    csv_path = atomic_write_text(out / "history.csv", text.getvalue())
     return json_path, csv_path
 
 
@@ -314,6 +426,7 @@ def fit(
     options: dict,
     steps: int = 100,
     optimizer: optax.GradientTransformation | None = None,
+    optimizer_description: str | None = None,
     risk=None,
     seed: int = 0,
     failure_penalty: float = 0.0,
@@ -340,7 +453,14 @@ def fit(
         objective: an :class:`~ukjax.tune.Objective` (or one term).
         options: simulation options, from :func:`simulation_options` (t1, dt, ts, max_steps, solver, ...).
         steps: evaluations (accepted and rejected) at most.
-        optimizer: any optax transformation; default :func:`default_optimizer` (Adam, cosine schedule).
+        optimizer: any optax transformation; default :func:`default_optimizer` (Adam, cosine schedule over
+            ``steps``).
+        optimizer_description: what identifies ``optimizer`` beyond its state (e.g. ``"adam lr=0.1"``), put
+            in the checkpoint's fingerprint. The state's structure, shapes, dtypes and initial values are
+            fingerprinted anyway, so ``optax.adam`` against ``optax.sgd`` is caught without it; a learning
+            rate held only in a closure (``optax.adam(0.1)`` against ``optax.adam(0.2)``) is not, unless
+            described here or held in the state (``optax.inject_hyperparams``). :func:`default_optimizer`
+            describes itself (its steps and learning rate).
         risk: :class:`~ukjax.tune.Mean` (default), :class:`~ukjax.tune.SmoothWorst` or
             :class:`~ukjax.tune.CVaR`.
         seed: seed of the scenario sampler; the same seed gives the same numbers.
@@ -348,9 +468,18 @@ def fit(
         max_failure_fraction, max_increase, backoff, max_backoffs: divergence detection and back-off (module).
         patience, min_delta: stop after ``patience`` accepted steps without lowering the best loss by more
             than ``min_delta`` (relative); gtol: stop when the gradient norm falls below it.
-        checkpoint: file (.npz) holding θ, the optimizer state, the step and the history, written every
-            ``checkpoint_every`` steps and at the end; if it exists, the run resumes from it and continues
-            exactly as the uninterrupted run would (same numbers).
+        checkpoint: file (.npz) holding θ, the optimizer state, the step and the history, written atomically
+            every ``checkpoint_every`` steps and at the end; if it exists, the run resumes from it and
+            continues exactly as the uninterrupted run would (same numbers). The file carries a fingerprint
+            of the run (:mod:`ukjax.tune._checkpoint`: the parametrization, optimizer, options, objective,
+            risk, scenarios, system, seed, divergence and stopping settings, library versions); a resume
+            whose fingerprint differs, or a damaged file, is refused with a ValueError naming the file and
+            the fields that differ (delete the file or pass another path to start afresh). ``steps`` may
+            grow on resume: a finished run continues for the extra steps, exactly as a run asked for the
+            larger number from the start would, when the optimizer does not depend on ``steps``. The
+            default optimizer's schedule does: continue its run with
+            ``optimizer=default_optimizer(<the first run's steps>)`` (the refusal says so). Fewer steps than
+            the checkpoint holds are refused.
         out: folder for history.json and history.csv.
         progress: a tqdm bar with loss and gradient norm; callback: called with each step's record.
     """
@@ -362,7 +491,10 @@ def fit(
         raise TypeError("scenarios must be a ukjax.tune.Scenarios batch or a function key -> Scenarios")
     objective = as_objective(objective)
     risk = Mean() if risk is None else risk
+    default_hint = optimizer is None
     optimizer = default_optimizer(steps) if optimizer is None else optimizer
+    if isinstance(scenarios, Scenarios):
+        scenarios.check(system.n, name="scenarios")
     root = jax.random.PRNGKey(seed)
     size = None
 
@@ -382,17 +514,30 @@ def fit(
         acc_loss=None,
         stopped="steps",
         wall_s=0.0,
-        seed=seed,
     )
     accepted = None  # (θ, optimizer state, gradient) of the last accepted step
     ckpt = None if checkpoint is None else Path(checkpoint)
+    fingerprint = None
+    if ckpt is not None:
+        loop = dict(
+            failure_penalty=failure_penalty,
+            max_failure_fraction=max_failure_fraction,
+            max_increase=max_increase,
+            backoff=backoff,
+            max_backoffs=max_backoffs,
+            patience=patience,
+            min_delta=min_delta,
+            gtol=gtol,
+        )
+        fingerprint = _fingerprint(
+            system, space, scenarios, objective, risk, options, optimizer, opt_state,
+            optimizer_description, seed, _checkpoint.describe(loop),
+        )  # fmt: skip
+    if ckpt is not None:
+        for stale in stale_temporary(ckpt.parent, ckpt.name):  # left by a writer that was killed
+            stale.unlink(missing_ok=True)
     if ckpt is not None and ckpt.exists():
-        loaded = _load_checkpoint(ckpt, theta, opt_state)
-        if loaded.get("seed") != seed:
-            raise ValueError(f"checkpoint {ckpt} was written with seed {loaded.get('seed')}, not {seed}")
-        theta, opt_state = loaded.pop("theta"), loaded.pop("opt_state")
-        if loaded.get("acc_theta") is not None:
-            accepted = (loaded.pop("acc_theta"), loaded.pop("acc_opt_state"), loaded.pop("acc_grad"))
+        loaded, theta, opt_state, accepted = _resume(ckpt, fingerprint, steps, theta, opt_state, default_hint)
         state.update({k: v for k, v in loaded.items() if k in state})
 
     bar = None
@@ -408,7 +553,7 @@ def fit(
         payload = dict(state, theta=theta, opt_state=opt_state, wall_s=time.perf_counter() - started)
         if accepted is not None:
             payload.update(acc_theta=accepted[0], acc_opt_state=accepted[1], acc_grad=accepted[2])
-        _save_checkpoint(ckpt, payload)
+        _save_checkpoint(ckpt, payload, fingerprint, steps)
 
     while state["step"] < steps and state["stopped"] == "steps":
         step = state["step"]

@@ -87,6 +87,32 @@ class Transform(eqx.Module):
             return jnp.log(u) - jnp.log1p(-u)
         return x
 
+    def check_initial(self, name: str, x) -> None:
+        """Refuse (ValueError naming the leaf, the value and the bounds) an initial value x the transform
+        cannot start from: NaN or infinite, x ≤ 0 for log and softplus, x outside [lower, upper] (outside
+        (lower, upper) for sigmoid). Projection would otherwise clamp it to the box without a word. Values
+        under a jax transformation are not checked."""
+        if isinstance(x, jax.core.Tracer):
+            return
+        values = np.asarray(x, dtype=np.float64)
+        shown = values.tolist()
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"tuned leaf {name!r} has a NaN or infinite initial value: {shown}")
+        if self.kind in ("log", "softplus") and not np.all(values > 0):
+            raise ValueError(
+                f"tuned leaf {name!r}: a {self.kind} transform needs a positive initial value, got {shown}"
+            )
+        lo = -np.inf if self.lower is None else self.lower
+        hi = np.inf if self.upper is None else self.upper
+        inside = (values > lo) & (values < hi) if self.kind == "sigmoid" else (values >= lo) & (values <= hi)
+        if not np.all(inside):
+            box = f"({lo}, {hi})" if self.kind == "sigmoid" else f"[{lo}, {hi}]"
+            raise ValueError(
+                f"tuned leaf {name!r} has the initial value {shown}, outside the bounds {box} of its "
+                f"{self.kind} transform; give an initial value inside them or widen the bounds (the tuner "
+                "would otherwise clamp it to the box silently)"
+            )
+
     def theta_bounds(self) -> tuple[float | None, float | None]:
         """Bounds on θ enforced by projection (None where there is none)."""
         if self.kind == "log":
@@ -218,6 +244,7 @@ class Parametrization(eqx.Module):
                         f"{np.asarray(value)}"
                     )
                 value = value.ravel()[0] if value.ndim else value
+            spec.check_initial(name, value)
             theta[name] = spec.project(spec.inverse(value))
         # strongly typed leaves: a weakly typed θ (from jnp.array(1.0) parameters) would make the jitted
         # tuning step compile again once optax returns it strongly typed
