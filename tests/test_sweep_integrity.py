@@ -162,12 +162,6 @@ def test_damaged_manifest_is_refused_by_load_and_rebuilt_by_a_resume(damage, fol
     assert_reference(folder, reference)
 
 
-def test_rerun_of_a_proven_folder_gives_the_row(folder, reference):
-    _, table, _ = reference
-    again = sweep.rerun(folder, [5])[0]
-    assert float(again.params["mass"]) == table.column("params.mass")[5].as_py()
-
-
 # ------------------------------------------------------------------------------------ another sweep
 @pytest.mark.parametrize(
     ("change", "part"),
@@ -241,7 +235,7 @@ def test_flipped_bit_in_a_data_page_fails_its_page_checksum(folder, reference):
     start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
     _flip(path, start + column.total_compressed_size - 2)  # the last byte but one of its data page
     check = _store.check_chunk(path, 0, _store.manifest_plan(_store.read_manifest(folder))[1], {}, [])
-    assert "CRC" in check.reason or "checksum" in check.reason, check.reason
+    assert "CRC checksum verification failed" in check.reason, check.reason
     summary, _ = resume(folder)
     assert summary.chunks_written == 1
     assert_reference(folder, reference)
