@@ -446,6 +446,17 @@ def test_a_trillion_scenarios_are_refused_quickly(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_scenario_indices_beyond_int64_and_chunks_beyond_memory_are_refused(tmp_path, no_compile):
+    grid = {"params.alpha": {"dist": "grid", "values": [4.0, 5.0, 6.0]}}
+    spec = {**SPEC, "scenarios": 2**62, "vary": {**SPEC["vary"], **grid}}
+    message = refusal(lambda: sweep.run(spec, out=tmp_path / "a", progress=False))
+    assert f"{3 * 2**62:,} scenarios do not fit the int64 scenario index" in message
+    spec = {**SPEC, "scenarios": 10**12, "chunk_size": 10**12}
+    message = refusal(lambda: sweep.run(spec, out=tmp_path / "b", progress=False))
+    assert "spec field chunk_size: a chunk of 1,000,000,000,000 scenarios needs at least" in message
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_capacity_estimate_is_a_lower_bound_of_the_table(reference):
     out, table, _ = reference
     spec = sweep.load_spec(SPEC)

@@ -100,20 +100,29 @@ def _local_mesh(devices: int | None) -> Mesh:
     return Mesh(np.array(local), (AXIS,))
 
 
-def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
-    """A chunk size that fits memory and leaves at least ~32 chunks (progress, resume) when that still gives
-    every device >= 256 scenarios. Memory per scenario is estimated from the saved trajectory (num_saves x
-    (8 n + 16) values) plus the integrator state, times 4 for intermediates; the budget is a quarter of the
-    device's memory (``memory_stats()['bytes_limit']`` on GPUs, physical memory / devices on CPUs)."""
+def scenario_bytes(model, spec: Spec) -> int:
+    """Device memory one scenario of a chunk needs, at least: its saved trajectory (num_saves x (8 n + 16)
+    values: states, residuals, forces) plus the integrator state, 8 bytes each."""
     n, saves = model.system.n, spec.integrator["num_saves"]
-    per_scenario = 4 * 8 * (saves * (8 * n + 16) + 64 * n)
+    return 8 * (saves * (8 * n + 16) + 64 * n)
+
+
+def device_memory() -> float:
+    """Memory of one local device: ``memory_stats()['bytes_limit']`` on GPUs, physical memory / devices on
+    CPUs."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
-        memory = stats["bytes_limit"]
-    else:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / len(jax.local_devices())
-    fits = max(1, int(0.25 * memory // per_scenario)) * num_devices
+        return stats["bytes_limit"]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / len(jax.local_devices())
+
+
+def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
+    """A chunk size that fits memory and leaves at least ~32 chunks (progress, resume) when that still gives
+    every device >= 256 scenarios. Memory per scenario: :func:`scenario_bytes` times 4 for intermediates; the
+    budget is a quarter of the device's memory (:func:`device_memory`)."""
+    per_scenario = 4 * scenario_bytes(model, spec)
+    fits = max(1, int(0.25 * device_memory() // per_scenario)) * num_devices
     granular = max(math.ceil(total / 32), 256 * num_devices)
     return max(1, min(fits, granular, total))
 
@@ -191,7 +200,7 @@ def _prepare(spec, out, devices):
     user = _user_metrics(spec)
     mesh = _local_mesh(devices)
     out = Path(spec.out if out is None else out)
-    check_capacity(spec, model, shapes, out)
+    check_capacity(spec, model, shapes, out, mesh)
     return spec, model, user, mesh, out
 
 
@@ -213,9 +222,10 @@ def _existing_folder(path: Path) -> Path:
     return path
 
 
-def check_capacity(spec: Spec, model, shapes: dict, out: Path) -> None:
-    """Refuse a scenario count whose indices overflow the index type, or whose table cannot fit the free space
-    of the output's disk, before anything is allocated (``ValueError`` giving the estimate)."""
+def check_capacity(spec: Spec, model, shapes: dict, out: Path, mesh: Mesh) -> None:
+    """Refuse, before anything is allocated (``ValueError`` giving the estimate): a scenario count whose
+    indices overflow the index type, a requested chunk whose saved trajectories alone exceed a device's
+    memory, a table larger than the free space of the output's disk."""
     total = total_scenarios(spec)
     index_type = np.dtype(jnp.result_type(int))
     if total - 1 > np.iinfo(index_type).max:
@@ -226,6 +236,15 @@ def check_capacity(spec: Spec, model, shapes: dict, out: Path) -> None:
             f"sweep {spec.name}: {total:,} scenarios do not fit the {index_type} scenario index (at most "
             f"{np.iinfo(index_type).max + 1:,}); lower spec field scenarios (--scenarios){hint}"
         )
+    if spec.chunk_size is not None:
+        size = min(spec.chunk_size, Plan.from_spec(spec, 1).per_subsweep)
+        need, memory = -(-size // mesh.size) * scenario_bytes(model, spec), device_memory()
+        if need > memory:
+            raise ValueError(
+                f"spec field chunk_size: a chunk of {size:,} scenarios needs at least {_size(need)} on each "
+                f"of the {mesh.size} device(s) (saved trajectories alone), more than their {_size(memory)}; "
+                'lower chunk_size (--chunk-size) or use chunk_size = "auto"'
+            )
     per_row = row_bytes(spec, model, shapes)
     written = sum(path.stat().st_size for _, path in _store.chunk_files(out)) if out.is_dir() else 0
     need = total * per_row - written
