@@ -10,16 +10,26 @@ names the process that wrote it (so cleanup can tell a dead writer's file from a
 
 An ``OSError`` while writing (read-only folder, disk full) is re-raised as :class:`ResultWriteError`, an
 ``OSError`` whose message names the file, and the temporary file is removed.
+
+One writer per folder: :func:`folder_lock` holds an exclusive ``fcntl.flock`` on ``FOLDER/.ukjax-lock`` (which
+records the holder's PID and host) while a run writes the folder; a second run refuses with
+:class:`FolderInUseError`. The kernel releases the lock when its holder exits, however it ends, so the lock
+of a killed run (a dead PID) is taken over by the next run without any cleanup.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import io
 import json
 import os
 import platform
+import socket
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +40,14 @@ TEMPORARY_MARK = ".tmp-"
 
 class ResultWriteError(OSError):
     """A result file could not be written (read-only folder, disk full, ...); the message names the file."""
+
+
+class FolderInUseError(ValueError):
+    """Another live process holds the folder's lock; the message names the folder and that process."""
+
+
+def _write_error(path, error: OSError) -> ResultWriteError:
+    return ResultWriteError(error.errno, f"cannot write {path}: {error.strerror or error}")
 
 
 def temporary_name(path: Path, pid: int | None = None) -> Path:
@@ -53,8 +71,7 @@ def atomic_write(path, write: Callable[[io.BufferedWriter], object]) -> Path:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        reason = error.strerror or str(error)
-        raise ResultWriteError(error.errno, f"cannot write {path}: {reason}") from error
+        raise _write_error(path, error) from error
     return path
 
 
@@ -98,6 +115,55 @@ def stale_temporary(folder, pattern: str = "*") -> list[Path]:
         if not pid.isdigit() or not pid_alive(int(pid)):
             stale.append(tmp)
     return stale
+
+
+LOCK_NAME = ".ukjax-lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder, *, what: str = "results folder") -> Iterator[Path]:
+    """Hold the exclusive lock of ``folder`` (created if needed) during the ``with`` block: one writer.
+
+    Raises :class:`FolderInUseError` naming the folder and the holder (PID and host, as the holder wrote them)
+    when another process holds it, and :class:`ResultWriteError` naming the lock file when it cannot be
+    created (read-only folder, disk full). A file system without ``flock`` support only warns."""
+    folder = Path(folder)
+    path = folder / LOCK_NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise _write_error(path, error) from error
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = Path(path).read_text().split()
+            except OSError:
+                holder = []
+            who = f"process {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
+            raise FolderInUseError(
+                f"the {what} {folder} is being written by {who} (lock file {path}); wait until it ends or "
+                "use another output folder"
+            ) from None
+        except OSError as error:
+            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise _write_error(path, error) from error
+            warnings.warn(
+                f"the file system of {folder} does not support locks ({error.strerror}): nothing stops "
+                "two runs from writing it at once",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        except OSError as error:
+            raise _write_error(path, error) from error
+        yield path
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race with a process opening it)
 
 
 # ------------------------------------------------------------------------------------------------- JSON

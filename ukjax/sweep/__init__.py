@@ -16,7 +16,10 @@ Cartesian grids), the integrator, the metrics and the number of scenarios.
 
 How it runs (:mod:`ukjax.sweep._run`): chunks of one compiled function, each chunk ``shard_map``-ped over the
 local devices, metrics reduced on the device; several processes (``jax.distributed``) share the chunks; one
-Parquet file per chunk, written atomically, so a run resumes where it stopped. Scenario i's random draws
+Parquet file per chunk, written atomically, so a run resumes where it stopped. Every file proves what it
+holds (:mod:`ukjax.sweep._store`: the sweep's fingerprint, the chunk's index range and a checksum of its
+contents): a resume recomputes any chunk that does not prove itself and refuses a folder of another sweep,
+and :func:`load` refuses a folder that does not prove itself, each naming the file. Scenario i's random draws
 depend only on the seed and i (``jax.random.fold_in``), so the table does not depend on chunk size, device
 count or host count (:mod:`ukjax.sweep._scenarios`).
 """

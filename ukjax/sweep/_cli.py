@@ -15,7 +15,9 @@ examples:
   srun --ntasks=4 --gpus-per-task=1 ukjax sweep SPEC --distributed   # SLURM: 4 processes share the chunks
 
 Results: one Parquet file per chunk in OUT/chunks/, OUT/manifest.json, OUT/report/. A run that is stopped
-resumes where it stopped when started again with the same spec and --out.
+resumes where it stopped when started again with the same spec and --out; every chunk is verified first
+(damaged ones are computed again), and a folder holding another sweep (spec, seed, model code or versions
+changed) is refused. One run at a time per folder.
 """
 
 
@@ -37,6 +39,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
     parser.add_argument("--devices", type=int, help="local devices to use (default: all)")
     parser.add_argument(
         "--fresh", action="store_true", help="discard earlier results in --out (default: resume)"
+    )
+    parser.add_argument(
+        "--allow-version-change",
+        action="store_true",
+        help="resume a sweep begun with other versions of ukjax, JAX or its libraries (refused otherwise)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="do not write the report after the run")
@@ -62,10 +69,12 @@ def initialize(args) -> None:
 
 
 def main(args) -> int:
-    """Run the sweep (or only the report) the parsed ``args`` ask for; bad input exits 2 with its message."""
+    """Run the sweep (or only the report) the parsed ``args`` ask for; bad input, a folder that does not prove
+    its results, and a file that cannot be written (``OSError``: read-only folder, disk full) exit 2 with one
+    line naming the file."""
     try:
         return _main(args)
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         print(f"ukjax sweep: {error}", file=sys.stderr)
         return 2
 
@@ -83,7 +92,12 @@ def _main(args) -> int:
         return 2
     spec = sweep.load_spec(args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed)
     summary = sweep.run(
-        spec, out=args.out, devices=args.devices, fresh=args.fresh, progress=not args.no_progress
+        spec,
+        out=args.out,
+        devices=args.devices,
+        fresh=args.fresh,
+        progress=not args.no_progress,
+        allow_version_change=args.allow_version_change,
     )
     if jax.process_index() == 0:
         print(

@@ -13,8 +13,12 @@ Distributions over ``q0``/``qd0`` in a sweep spec perturb that initial state.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -47,6 +51,35 @@ class Model(NamedTuple):
 def _registered(name: str):
     module = importlib.import_module(MODELS[name])
     return module.system(), module.default_params(), module.initial_state
+
+
+_DIGESTS: dict = {}
+"""module object -> {"module": name, "sha256": ...}: a module's source is hashed once, when first asked after
+its import, so the hash describes the code this process runs (a module re-imported from an edited file is a
+new module object, hashed again)."""
+
+
+def module_identity(module_name: str) -> dict:
+    """``{"module": NAME, "sha256": SHA-256 of its source file}`` of an imported module: what a sweep's
+    fingerprint records of the user's model and metric code, so that a resume refuses rows of edited code."""
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    if module not in _DIGESTS:
+        try:
+            data = Path(module.__file__).read_bytes() if getattr(module, "__file__", None) else None
+        except OSError:
+            data = None
+        if data is None:
+            try:
+                data = inspect.getsource(module).encode()
+            except (OSError, TypeError):
+                data = b""
+        _DIGESTS[module] = {"module": module_name, "sha256": hashlib.sha256(data).hexdigest()}
+    return dict(_DIGESTS[module])
+
+
+def reference_module(reference: str) -> str:
+    """The module that defines a model (registered name or ``module:function``) or a user metric."""
+    return MODELS[reference] if reference in MODELS else reference.partition(":")[0]
 
 
 def _import(reference: str, field: str) -> Callable:

@@ -1,5 +1,8 @@
 """The report of a sweep: quantiles per metric, failures by status with their indices, histograms and
-metric-versus-parameter scatter plots (PNG), written to ``OUT/report/`` and printed."""
+metric-versus-parameter scatter plots (PNG), written to ``OUT/report/`` and printed.
+
+The table is read by :func:`ukjax.sweep.load` (every file proven); every report file is written atomically
+(figures are drawn into memory and written with :func:`ukjax._io.atomic_write_bytes`)."""
 
 from __future__ import annotations
 
@@ -76,7 +79,6 @@ def report(out, *, quiet: bool = False) -> dict:
     user = [m for m in metrics if m not in METRIC_DESCRIPTIONS and not _is_final_state(m)]
     key = user + [m for m in KEY_METRICS if m in metrics]
     folder = out / "report"
-    folder.mkdir(parents=True, exist_ok=True)
     result = {
         "sweep": manifest["name"],
         "model": manifest["model"]["name"],
@@ -110,6 +112,24 @@ def report(out, *, quiet: bool = False) -> dict:
     return result
 
 
+def _save_figure(fig, path: Path) -> str:
+    """Lay out, draw (PNG, 120 dpi) into memory, close, and write the figure atomically; returns its name."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from ukjax._io import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    try:
+        fig.tight_layout()
+        fig.savefig(buffer, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path.name
+
+
 def _discrete(manifest) -> list[str]:
     """Leaf paths that vary on a grid or among a choice of values."""
     vary = manifest["spec"].get("vary", {})
@@ -140,8 +160,6 @@ def _histograms(folder: Path, table, metrics: list[str], ok, manifest) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ukjax.studies._common import save_figure
-
     metrics = [m for m in dict.fromkeys(metrics) if m in table.column_names][:MAX_PANELS]
     cols = min(3, max(1, len(metrics)))
     rows = -(-len(metrics) // cols)
@@ -161,7 +179,7 @@ def _histograms(folder: Path, table, metrics: list[str], ok, manifest) -> str:
     fig.suptitle(
         f"Sweep {manifest['name']}: {int(ok.sum())} successful scenarios\n{_setting(manifest)}", fontsize=10
     )
-    return Path(save_figure(fig, folder / "histograms.png")).name
+    return _save_figure(fig, folder / "histograms.png")
 
 
 def _scatter(folder: Path, table, metric: str, varied: list[str], ok, manifest) -> str | None:
@@ -169,8 +187,6 @@ def _scatter(folder: Path, table, metric: str, varied: list[str], ok, manifest) 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ukjax.studies._common import save_figure
 
     y_all = _numeric(table.column(metric))
     panels = []
@@ -203,7 +219,7 @@ def _scatter(folder: Path, table, metric: str, varied: list[str], ok, manifest) 
         fontsize=10,
     )
     safe = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in metric)
-    return Path(save_figure(fig, folder / f"scatter_{safe}.png")).name
+    return _save_figure(fig, folder / f"scatter_{safe}.png")
 
 
 def _print(result: dict, folder: Path) -> None:

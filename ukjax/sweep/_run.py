@@ -10,8 +10,20 @@
   the other clusters JAX knows, or an explicit coordinator), process p of P takes chunks ``c ≡ p (mod P)``,
   computes them on its own devices and writes their files into the shared output folder; a barrier at the end
   lets process 0 finish the manifest and write trajectories.
-* **Resume.** A chunk whose Parquet file exists is skipped; files are written atomically, so a killed run
-  loses at most the chunks in flight. Resuming needs the same spec (checked by a fingerprint in the manifest).
+* **Resume, proven.** Every file carries the sweep's identity and fingerprint (:mod:`ukjax.sweep._store`:
+  resolved spec, seed, the source hashes of the model's and the user metrics' modules, chunk layout, float64,
+  library versions). A resume first proves the manifest (a manifest that is missing, not JSON or edited is
+  rebuilt from the chunks' own metadata, or refused: never guessed), refuses a folder whose sweep differs
+  from the one asked for (naming the manifest or chunk and what changed: spec, seed, model source, versions),
+  takes the chunk size from the proven layout (a different requested ``chunk_size`` is ignored, with a
+  warning), then verifies every chunk (page checksums, fingerprint, number, index range, row count, contents
+  checksum) and computes again, with a warning naming the file and the reason, every chunk that does not
+  prove itself. So a resume ends in the table of an uninterrupted run, or in a refusal naming the file.
+* **One writer per folder** (:func:`ukjax._io.folder_lock`): a second run on the same folder refuses, naming
+  the folder and the PID writing it; start-up cleanup removes only the temporary files of dead writers.
+* **Sizes checked first.** The scenario count is checked against the scenario index's integer type and the
+  estimated table size against the free space of the output's disk before anything is allocated; chunk
+  numbers are iterated lazily, never listed.
 * Chunk results are fetched and written while the next chunk computes (JAX dispatches asynchronously).
 * **Batched LAPACK on several CPU devices.** jaxlib 0.10's CPU LAPACK kernels (``lapack_*_ffi``: SVD, eigh,
   Cholesky, LU, QR, triangular solves) split a large enough batch (batch x cost >= 2e5 flop) over XLA:CPU's
@@ -26,6 +38,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import math
 import os
 import re
@@ -41,6 +55,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ukjax._io import ResultWriteError, folder_lock, stale_temporary
 from ukjax.simulation import RESULTS, Solution, simulate_batch
 from ukjax.sweep import _store
 from ukjax.sweep._models import _import, load_model
@@ -85,20 +100,29 @@ def _local_mesh(devices: int | None) -> Mesh:
     return Mesh(np.array(local), (AXIS,))
 
 
-def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
-    """A chunk size that fits memory and leaves at least ~32 chunks (progress, resume) when that still gives
-    every device >= 256 scenarios. Memory per scenario is estimated from the saved trajectory (num_saves x
-    (8 n + 16) values) plus the integrator state, times 4 for intermediates; the budget is a quarter of the
-    device's memory (``memory_stats()['bytes_limit']`` on GPUs, physical memory / devices on CPUs)."""
+def scenario_bytes(model, spec: Spec) -> int:
+    """Device memory one scenario of a chunk needs, at least: its saved trajectory (num_saves x (8 n + 16)
+    values: states, residuals, forces) plus the integrator state, 8 bytes each."""
     n, saves = model.system.n, spec.integrator["num_saves"]
-    per_scenario = 4 * 8 * (saves * (8 * n + 16) + 64 * n)
+    return 8 * (saves * (8 * n + 16) + 64 * n)
+
+
+def device_memory() -> float:
+    """Memory of one local device: ``memory_stats()['bytes_limit']`` on GPUs, physical memory / devices on
+    CPUs."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
-        memory = stats["bytes_limit"]
-    else:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / len(jax.local_devices())
-    fits = max(1, int(0.25 * memory // per_scenario)) * num_devices
+        return stats["bytes_limit"]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / len(jax.local_devices())
+
+
+def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
+    """A chunk size that fits memory and leaves at least ~32 chunks (progress, resume) when that still gives
+    every device >= 256 scenarios. Memory per scenario: :func:`scenario_bytes` times 4 for intermediates; the
+    budget is a quarter of the device's memory (:func:`device_memory`)."""
+    per_scenario = 4 * scenario_bytes(model, spec)
+    fits = max(1, int(0.25 * device_memory() // per_scenario)) * num_devices
     granular = max(math.ceil(total / 32), 256 * num_devices)
     return max(1, min(fits, granular, total))
 
@@ -169,46 +193,202 @@ def _blocks_on_cpu_pool(mesh: Mesh, lapack: set[str]) -> bool:
 
 
 def _prepare(spec, out, devices):
-    """Everything checked before anything is compiled."""
+    """Everything checked before anything is compiled or written."""
     spec = load_spec(spec)
     model = load_model(spec.model)
-    nominal_shapes(model, spec)
+    shapes = nominal_shapes(model, spec)
     user = _user_metrics(spec)
     mesh = _local_mesh(devices)
     out = Path(spec.out if out is None else out)
+    check_capacity(spec, model, shapes, out, mesh)
     return spec, model, user, mesh, out
 
 
-def _resolve_chunk_size(spec, model, out, mesh, manifest) -> int:
-    """The manifest's chunk size when resuming; else the spec's, or "auto"; never more than a sub-sweep (a
-    larger chunk would only be padding)."""
-    if manifest is not None:
-        return manifest["chunk_size"]
+def row_bytes(spec: Spec, model, shapes: dict) -> int:
+    """A lower bound of the bytes one scenario takes in the table: 8 per number of the index, the varied
+    values and the metrics every sweep has (built-in, final state, one per user metric)."""
+    varied = sum(math.prod(shape) for shape, _ in shapes.values()) + sum(
+        1 for leaf in spec.leaves.values() if leaf.root == "integrator"
+    )
+    always = [m for m in METRIC_DESCRIPTIONS if "[" not in m and "servo" not in m and m != "peak_abs_u"]
+    metrics = len(always) + 2 * model.system.n + len(spec.user_metrics)
+    return 8 * (1 + varied + metrics)
+
+
+def _existing_folder(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_capacity(spec: Spec, model, shapes: dict, out: Path, mesh: Mesh) -> None:
+    """Refuse, before anything is allocated (``ValueError`` giving the estimate): a scenario count whose
+    indices overflow the index type, a requested chunk whose saved trajectories alone exceed a device's
+    memory, a table larger than the free space of the output's disk."""
+    total = total_scenarios(spec)
+    index_type = np.dtype(jnp.result_type(int))
+    if total - 1 > np.iinfo(index_type).max:
+        hint = (
+            "" if index_type == np.int64 else " or turn float64 on (ukjax.enable_float64()) for int64 indices"
+        )
+        raise ValueError(
+            f"sweep {spec.name}: {total:,} scenarios do not fit the {index_type} scenario index (at most "
+            f"{np.iinfo(index_type).max + 1:,}); lower spec field scenarios (--scenarios){hint}"
+        )
+    if spec.chunk_size is not None:
+        size = min(spec.chunk_size, Plan.from_spec(spec, 1).per_subsweep)
+        need, memory = -(-size // mesh.size) * scenario_bytes(model, spec), device_memory()
+        if need > memory:
+            raise ValueError(
+                f"spec field chunk_size: a chunk of {size:,} scenarios needs at least {_size(need)} on each "
+                f"of the {mesh.size} device(s) (saved trajectories alone), more than their {_size(memory)}; "
+                'lower chunk_size (--chunk-size) or use chunk_size = "auto"'
+            )
+    per_row = row_bytes(spec, model, shapes)
+    written = sum(path.stat().st_size for _, path in _store.chunk_files(out)) if out.is_dir() else 0
+    need = total * per_row - written
+    free = shutil.disk_usage(_existing_folder(out)).free
+    if need > free:
+        raise ValueError(
+            f"sweep {spec.name}: {total:,} scenarios make a table of about {_size(total * per_row)} "
+            f"({per_row} bytes per scenario at least), but only {_size(free)} are free on the disk of {out}; "
+            "lower spec field scenarios (--scenarios) or choose another output folder"
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1000
+
+
+def _resolve_chunk_size(spec, model, mesh) -> int:
+    """The spec's chunk size, or "auto"; never more than a sub-sweep (a larger one would only be padding)."""
     per_subsweep = Plan.from_spec(spec, 1).per_subsweep
     if spec.chunk_size is not None:
         return min(spec.chunk_size, per_subsweep)
-    size = min(auto_chunk_size(model, spec, mesh.size, total_scenarios(spec)), per_subsweep)
-    if jax.process_count() > 1:  # every process must cut the same chunks
-        from jax.experimental import multihost_utils
-
-        size = int(multihost_utils.broadcast_one_to_all(np.int64(size)))
-    return size
+    return min(auto_chunk_size(model, spec, mesh.size, total_scenarios(spec)), per_subsweep)
 
 
-def _check_manifest(spec: Spec, out: Path, manifest) -> None:
-    if manifest is not None and manifest.get("fingerprint") != spec.fingerprint():
-        raise ValueError(
-            f"{out} holds a different sweep (manifest fingerprint {manifest.get('fingerprint')} != "
-            f"{spec.fingerprint()}): resume only with the same spec, or use another out folder, or "
-            "fresh=True (ukjax sweep --fresh) to discard it"
+def _warn(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _other_sweep(out: Path, where: Path, changed: list[str]) -> ValueError:
+    versions = any(w.startswith("the versions") for w in changed)
+    return ValueError(
+        f"{out} holds a different sweep: since {where} was written, {'; '.join(changed)} changed. Resume "
+        "only with the same spec and model code, or use another output folder, or discard the folder's "
+        "results with fresh=True (ukjax sweep --fresh)"
+        + (
+            ", or accept the new versions with allow_version_change=True (--allow-version-change)"
+            if versions
+            else ""
         )
+    )
+
+
+def _proven_chunk_size(spec: Spec, out: Path, allow_version_change: bool):
+    """(chunk size, versions to accept) proven by the chunks' own metadata when there is no valid manifest;
+    (None, []) without readable chunks. Refuses chunks of another sweep, naming one."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    by_size: dict = {}
+    for _, path in _store.chunk_files(out):
+        try:
+            found = json.loads(pq.read_schema(path).metadata[_store.CHUNK_KEY])["identity"]
+            size = int(found["layout"]["chunk_size"])
+        except Exception:  # unreadable: it will be computed again
+            continue
+        by_size.setdefault(size, []).append((path, found))
+    proven, first_other = [], None
+    for size, files in sorted(by_size.items()):
+        current = _store.identity(spec, Plan.from_spec(spec, size))
+        extra = [found["versions"] for _, found in files if allow_version_change]
+        good = [found for _, found in files if _store.matches(current, found, [current["versions"], *extra])]
+        if good:
+            proven.append((size, [v for v in extra if v != current["versions"]]))
+        elif first_other is None:
+            first_other = (files[0][0], _store.differences(files[0][1], current))
+    if len(proven) > 1:
+        raise ValueError(
+            f"{out / _store.CHUNKS} holds chunks of this sweep cut in sizes {[p[0] for p in proven]}: which "
+            "layout the folder holds cannot be proven; discard it with fresh=True (ukjax sweep --fresh)"
+        )
+    if proven:
+        return proven[0]
+    if first_other is not None:
+        raise _other_sweep(out, first_other[0], first_other[1])
+    return None, []
+
+
+def _resume_state(spec: Spec, model, out: Path, mesh, allow_version_change: bool):
+    """(manifest, plan, identity) of the sweep in ``out``, proven; chunks that do not prove themselves are
+    removed (to be computed again) with a warning naming each and why."""
+    path = out / _store.MANIFEST
+    try:
+        manifest = _store.read_manifest(out)
+    except ValueError as error:
+        _warn(f"{error}; rebuilding it from the chunks' own metadata")
+        manifest = None
+    extra_versions = []
+    if manifest is not None:
+        chunk_size = manifest["identity"]["layout"]["chunk_size"]
+    else:
+        chunk_size, extra_versions = _proven_chunk_size(spec, out, allow_version_change)
+    requested = _resolve_chunk_size(spec, model, mesh) if spec.chunk_size is not None else None
+    if chunk_size is None:
+        chunk_size = requested or _resolve_chunk_size(spec, model, mesh)
+    elif requested is not None and requested != chunk_size:
+        _warn(
+            f"chunk size {requested} ignored: the results in {out} are cut in chunks of {chunk_size}, which "
+            "the resume keeps (the table does not depend on it; fresh=True / --fresh starts over in another "
+            "size)"
+        )
+    plan = Plan.from_spec(spec, chunk_size)
+    ident = _store.identity(spec, plan)
+    if manifest is None:
+        manifest = _store.new_manifest(spec, model, plan, ident)
+        manifest["accepted_versions"] += extra_versions
+        _store.write_manifest(out, manifest)
+    elif not _store.matches(manifest["identity"], ident, manifest["accepted_versions"]):
+        changed = _store.differences(manifest["identity"], ident)
+        if not (allow_version_change and all(w.startswith("the versions") for w in changed)):
+            raise _other_sweep(out, path, changed)
+        _warn(f"{out}: resuming with other library versions ({'; '.join(changed)}), as allowed")
+        manifest["accepted_versions"].append(ident["versions"])
+        _store.write_manifest(out, manifest)
+    for c, chunk in _store.chunk_files(out):
+        check = _store.check_chunk(chunk, c, plan, manifest["identity"], manifest["accepted_versions"])
+        if check.reason:
+            _warn(f"the chunk file {chunk} {check.reason}: computing it again")
+            _store.remove_file(chunk)
+    return manifest, plan, ident
 
 
 def _fresh(out: Path) -> None:
     for name in (_store.CHUNKS, "report"):
-        shutil.rmtree(out / name, ignore_errors=True)
-    for name in (_store.MANIFEST, "trajectories.npz"):
-        (out / name).unlink(missing_ok=True)
+        if (out / name).exists():
+            try:
+                shutil.rmtree(out / name)
+            except OSError as error:
+                raise ResultWriteError(
+                    error.errno, f"cannot remove {out / name}: {error.strerror}"
+                ) from error
+    for name in (_store.MANIFEST, _store.TRAJECTORIES):
+        _store.remove_file(out / name)
+
+
+def _remove_stale(out: Path) -> int:
+    """Remove the temporary files of dead writers (``NAME.tmp-PID``, PID not running); returns how many."""
+    stale = [tmp for folder in (out, out / _store.CHUNKS, out / "report") for tmp in stale_temporary(folder)]
+    for tmp in stale:
+        _store.remove_file(tmp)
+    return len(stale)
 
 
 def _columns(plan: Plan, s: int, start: int, count: int, sampled: dict, metrics: dict) -> dict:
@@ -255,57 +435,85 @@ class RunSummary(NamedTuple):
 
 
 def run(
-    spec, *, out=None, devices: int | None = None, fresh: bool = False, progress: bool = True
+    spec,
+    *,
+    out=None,
+    devices: int | None = None,
+    fresh: bool = False,
+    progress: bool = True,
+    allow_version_change: bool = False,
 ) -> RunSummary:
     """Run (or resume) the sweep ``spec`` (a TOML path, a dict or a :class:`Spec`) into ``out`` (default the
     spec's ``out``); returns what this process did. ``devices``: how many local devices to use (default all).
-    ``fresh``: discard the folder's earlier results of this sweep first."""
+    ``fresh``: discard the folder's earlier results of this sweep first. ``allow_version_change``: resume a
+    sweep begun with other library versions (refused by default; :mod:`ukjax.sweep._store`).
+
+    Raises ``ValueError`` (bad spec, a folder holding another sweep, a folder in use by another run, a table
+    too large for the disk) and :class:`ukjax._io.ResultWriteError` (read-only folder, disk full), each naming
+    the file or folder."""
     spec, model, user, mesh, out = _prepare(spec, out, devices)
     process, processes = jax.process_index(), jax.process_count()
-    if fresh and process == 0:
-        _fresh(out)
-    _barrier("ukjax-sweep-fresh")
-    manifest = _store.read_manifest(out)
-    _check_manifest(spec, out, manifest)
-    chunk_size = _resolve_chunk_size(spec, model, out, mesh, manifest)
-    plan = Plan.from_spec(spec, chunk_size)
-    if manifest is None:
-        manifest = _store.new_manifest(spec, model, plan, chunk_size=chunk_size)
-        if process == 0:
-            _store.write_manifest(out, manifest)
-    if processes == 1:  # with several processes, another one may be writing its temporary file now
-        _store.remove_temporary(out)
+    with contextlib.ExitStack() as held:
+        if process == 0:  # the other processes of a jax.distributed run write chunks under process 0's lock
+            held.enter_context(folder_lock(out, what="sweep folder"))
+            if fresh:
+                _fresh(out)
+            if processes == 1:  # with several processes, another one may be writing its temporary file now
+                _remove_stale(out)
+            manifest, plan, ident = _resume_state(spec, model, out, mesh, allow_version_change)
+        _barrier("ukjax-sweep-ready")
+        if process != 0:
+            manifest = _store.read_manifest(out)
+            plan = Plan.from_spec(spec, manifest["identity"]["layout"]["chunk_size"])
+            ident = _store.identity(spec, plan)
+        return _run_proven(spec, model, user, mesh, out, manifest, plan, ident, progress)
+
+
+def _mine(plan: Plan, done: set) -> range | filter:
+    """This process's chunks still to compute, lazily (chunk numbers are never listed)."""
+    process, processes = jax.process_index(), jax.process_count()
+    return filter(lambda c: c not in done, range(process, plan.num_chunks, processes))
+
+
+def _run_proven(spec, model, user, mesh, out, manifest, plan, ident, progress) -> RunSummary:
+    process, processes = jax.process_index(), jax.process_count()
     done = _store.done_chunks(out)
-    mine = [c for c in range(plan.num_chunks) if c % processes == process and c not in done]
-    scenarios_mine = sum(plan.chunk(c)[2] - plan.chunk(c)[1] for c in mine)
+    chunks_mine = sum(1 for _ in _mine(plan, done))
+    scenarios_mine = sum(plan.chunk(c)[2] - plan.chunk(c)[1] for c in _mine(plan, done))
     if process == 0:
         where = f" (process {process + 1} of {processes})" if processes > 1 else ""
         print(
             f"ukjax sweep {spec.name}: {plan.total} scenarios of model {spec.model} in "
-            f"{plan.num_chunks} chunks of {chunk_size} on {mesh.size} "
+            f"{plan.num_chunks} chunks of {plan.chunk_size} on {mesh.size} "
             f"{mesh.devices.flat[0].platform} device(s){where}; {len(done)} chunks done before; results in "
             f"{out}",
             flush=True,
         )
     started = time.perf_counter()
-    compile_s, one_device = _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress)
+    compile_s, one_device = _run_chunks(
+        spec, plan, model, user, mesh, out, ident, _mine(plan, done), scenarios_mine, progress
+    )
     run_s = time.perf_counter() - started - compile_s
     _barrier("ukjax-sweep-done")
     complete = len(_store.done_chunks(out)) == plan.num_chunks
     if process == 0:
         if processes > 1:
-            _store.remove_temporary(out)
-        if complete and spec.trajectories and not (out / "trajectories.npz").exists():
-            save_trajectories(spec, out, model)
-        manifest = _store.read_manifest(out) or manifest
+            _remove_stale(out)
+        if complete and spec.trajectories:
+            problem = _store.trajectories_problem(out, manifest["fingerprint"], spec.trajectories)
+            if problem is not None:
+                if problem != "is missing":
+                    _warn(f"{out / _store.TRAJECTORIES} {problem}: writing it again")
+                save_trajectories(spec, out, model, fingerprint=manifest["fingerprint"])
         manifest["runs"].append(
             {
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "processes": processes,
                 "devices_per_process": mesh.size,
                 "one_device_subsweeps": one_device,
                 "device": str(mesh.devices.flat[0].device_kind),
-                "chunks_written_by_process_0": len(mine),
+                "versions": ident["versions"],
+                "chunks_written_by_process_0": chunks_mine,
                 "scenarios_written_by_process_0": scenarios_mine,
                 "compile_s": compile_s,
                 "run_s": run_s,
@@ -313,10 +521,12 @@ def run(
             }
         )
         _store.write_manifest(out, manifest)
-    return RunSummary(out, plan.total, plan.num_chunks, len(mine), scenarios_mine, compile_s, run_s, complete)
+    return RunSummary(
+        out, plan.total, plan.num_chunks, chunks_mine, scenarios_mine, compile_s, run_s, complete
+    )
 
 
-def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progress):
+def _run_chunks(spec, plan, model, user, mesh, out, ident, mine, scenarios_mine, progress):
     """Compute and write the chunks ``mine``; returns the time spent compiling and, for each sub-sweep run on
     one device instead of ``mesh`` (batched LAPACK on CPU devices), the LAPACK kernels it calls."""
     from tqdm.auto import tqdm
@@ -328,7 +538,7 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         total=scenarios_mine,
         unit="scenario",
         unit_scale=True,
-        disable=not progress or not mine,
+        disable=not progress or not scenarios_mine,
         desc=f"sweep {spec.name}",
         smoothing=0.1,
     )
@@ -340,7 +550,7 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         program = _program_of(spec, plan, s)
         if program not in compiled:
             tic = time.perf_counter()
-            compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers)
+            compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers, ident)
             compile_s += time.perf_counter() - tic
         function, used, fallback = compiled[program]
         if fallback:
@@ -351,10 +561,10 @@ def _run_chunks(spec, plan, model, user, mesh, out, mine, scenarios_mine, progre
         indices = (indices - (s - program) * plan.per_subsweep).astype(index_dtype)
         result = function(jax.device_put(indices, NamedSharding(used, P(AXIS))), numbers)
         if pending is not None:
-            _finish(plan, out, bar, *pending)
+            _finish(plan, out, bar, ident, *pending)
         pending = (c, s, start, end - start, result)
     if pending is not None:
-        _finish(plan, out, bar, *pending)
+        _finish(plan, out, bar, ident, *pending)
     bar.close()
     return compile_s, one_device
 
@@ -380,8 +590,8 @@ class _Compiled(NamedTuple):
 
 _COMPILED: dict = {}
 """Compiled chunk functions of this process, so that running the same sweep again (resuming) does not
-recompile: keyed by everything the program depends on (the spec's fingerprint covers model, distributions,
-integrator, metrics, seed and chunk size)."""
+recompile: keyed by everything the program depends on (the sweep's fingerprint covers the spec, the model's
+and metrics' source, seed, chunk layout and versions)."""
 
 
 def _lower(spec, plan, model, s, mesh, user, numbers):
@@ -390,12 +600,11 @@ def _lower(spec, plan, model, s, mesh, user, numbers):
     return chunk_function(spec, plan, model, s, mesh, user).lower(shape, numbers)
 
 
-def _compiled(spec, plan, model, s, mesh, user, numbers) -> _Compiled:
+def _compiled(spec, plan, model, s, mesh, user, numbers, ident) -> _Compiled:
     """The compiled chunk function of sub-sweep ``s`` on ``mesh``, or on its first device alone when the
     program calls batched LAPACK kernels and the devices are CPUs (see the module docstring)."""
-    key = (
-        spec.fingerprint(),
-        plan.chunk_size,
+    key = (  # this process's versions are those of its identity: the rest of it determines the program
+        _store.fingerprint({part: value for part, value in ident.items() if part != "versions"}),
         s,
         tuple(d.id for d in mesh.devices.flat),
         jax.config.jax_enable_x64,
@@ -423,9 +632,10 @@ def _compiled(spec, plan, model, s, mesh, user, numbers) -> _Compiled:
     return _COMPILED[key]
 
 
-def _finish(plan, out, bar, c, s, start, count, result) -> None:
+def _finish(plan, out, bar, ident, c, s, start, count, result) -> None:
     sampled, metrics = jax.device_get(result)
-    _store.write_chunk(out, c, _columns(plan, s, start, count, sampled, metrics))
+    columns = _columns(plan, s, start, count, sampled, metrics)
+    _store.write_chunk(out, c, columns, ident=ident, index_range=(start, start + count))
     bar.update(count)
 
 
@@ -441,19 +651,33 @@ class Scenario(NamedTuple):
     integrator: dict
 
 
-def rerun(source, indices) -> list[Scenario]:
+def rerun(source, indices, *, allow_version_change: bool = False) -> list[Scenario]:
     """Simulate the scenarios ``indices`` of a sweep again, with their full trajectories.
 
-    ``source``: a result folder (its manifest holds the spec) or a spec. The draws depend only on the seed and
-    the index, so this reproduces the scenario of the table (same inputs; same metrics to rounding)."""
+    ``source``: a result folder or a spec. The draws depend only on the seed and the index, so this reproduces
+    the scenario of the table (same inputs; same metrics to rounding). A folder's manifest must prove itself
+    (an edited seed or spec is refused, naming it), and the model's and metrics' code and the library versions
+    must be those the sweep recorded (else ``ValueError`` saying what changed; ``allow_version_change``
+    accepts other versions)."""
     if isinstance(source, str | os.PathLike) and Path(source).is_dir():
         manifest = _store.read_manifest(source)
         if manifest is None:
             raise ValueError(f"{source} holds no sweep (no {_store.MANIFEST})")
-        spec, chunk_size = load_spec(manifest["spec"]), manifest["chunk_size"]
+        spec, plan = _store.manifest_plan(manifest)
+        model = load_model(spec.model)
+        _user_metrics(spec)
+        current = _store.identity(spec, plan)
+        accepted = manifest["accepted_versions"] + ([current["versions"]] if allow_version_change else [])
+        if not _store.matches(manifest["identity"], current, accepted):
+            changed = _store.differences(manifest["identity"], current)
+            raise ValueError(
+                f"cannot re-simulate scenarios of {source}: since {Path(source) / _store.MANIFEST} was "
+                f"written, {'; '.join(changed)} changed, so the scenarios would not be those of the table"
+            )
     else:
-        spec, chunk_size = load_spec(source), 1
-    return _rerun(spec, load_model(spec.model), Plan.from_spec(spec, chunk_size or 1), indices)
+        spec = load_spec(source)
+        model, plan = load_model(spec.model), Plan.from_spec(spec, 1)
+    return _rerun(spec, model, plan, indices)
 
 
 def _rerun(spec, model, plan, indices) -> list[Scenario]:
@@ -477,10 +701,10 @@ def _rerun(spec, model, plan, indices) -> list[Scenario]:
     return [out[i] for i in indices]
 
 
-def save_trajectories(spec: Spec, out: Path, model=None) -> Path:
-    """Full trajectories of the spec's ``trajectories`` scenarios, into ``out/trajectories.npz``."""
-    manifest = _store.read_manifest(out)
-    plan = Plan.from_spec(spec, manifest["chunk_size"] if manifest else 1)
+def save_trajectories(spec: Spec, out: Path, model=None, *, fingerprint: str) -> Path:
+    """Full trajectories of the spec's ``trajectories`` scenarios, into ``out/trajectories.npz`` (written
+    atomically, with the sweep's ``fingerprint``, which a resume checks before keeping the file)."""
+    plan = Plan.from_spec(spec, 1)
     scenarios = _rerun(spec, model or load_model(spec.model), plan, list(spec.trajectories))
     arrays = {"index": np.asarray([sc.index for sc in scenarios])}
     fields = ["ts", "q", "qd", "position_residual", "velocity_residual", "status"]
@@ -488,6 +712,4 @@ def save_trajectories(spec: Spec, out: Path, model=None) -> Path:
         fields += ["u", "servo_residual"]
     for field in fields:
         arrays[field] = np.stack([np.asarray(getattr(sc.solution, field)) for sc in scenarios])
-    path = Path(out) / "trajectories.npz"
-    np.savez_compressed(path, **arrays)
-    return path
+    return _store.write_trajectories(out, arrays, fingerprint)

@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -284,14 +282,6 @@ class Spec:
     trajectories: tuple[int, ...]
     source: dict  # the spec as given (JSON-able), for the manifest
 
-    def fingerprint(self) -> str:
-        """A hash of everything that determines the table (not ``out``/``name``), to refuse resuming the
-        wrong sweep."""
-        relevant = {k: v for k, v in self.source.items() if k not in ("out", "name", "description")}
-        relevant["chunk_size"] = self.chunk_size
-        text = json.dumps(relevant, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
 
 def _integer(value, field, *, minimum):
     if isinstance(value, bool) or not isinstance(value, int):
@@ -372,6 +362,7 @@ def parse_spec(source: Mapping, *, default_name: str = "sweep", **overrides) -> 
         leaves[leaf.path] = leaf
     if "t1" not in integrator and "integrator.t1" not in vary:
         _fail("integrator.t1", "missing: the end time of every scenario")
+    _check_span(integrator, vary)
     _check_overlaps(leaves)
 
     metrics = source.get("metrics", {})
@@ -413,6 +404,29 @@ def parse_spec(source: Mapping, *, default_name: str = "sweep", **overrides) -> 
         if i >= total:
             _fail(f"trajectories[{k}]", f"index {i} is not below the number of scenarios, {total}")
     return spec
+
+
+def _option_values(integrator: dict, vary: dict, option: str) -> list:
+    """Every value an integrator option takes: its grid's values, else the integrator table's value."""
+    grid = vary.get(f"integrator.{option}")
+    return list(grid.fields["values"]) if grid is not None else [integrator.get(option)]
+
+
+def _check_span(integrator: dict, vary: dict) -> None:
+    """t1 > t0, and a fixed step shorter than the span t1 - t0 for every grid value (``ukjax.simulate``
+    refuses dt >= t1 - t0; a sweep would otherwise run one clipped step)."""
+    t0 = integrator["t0"]
+    span = min(t1 for t1 in _option_values(integrator, vary, "t1")) - t0
+    if span <= 0:
+        _fail("integrator.t1", f"must be greater than t0 = {t0:g}, got t1 = {span + t0:g}")
+    dts = [dt for dt in _option_values(integrator, vary, "dt") if dt is not None]
+    if dts and max(dts) >= span:
+        field = "vary.integrator.dt" if "integrator.dt" in vary else "integrator.dt"
+        _fail(
+            field,
+            f"the fixed step dt = {max(dts):g} is not shorter than the span t1 - t0 = {span:g} "
+            "(ukjax.simulate refuses it); choose dt < t1 - t0, or leave dt out for adaptive steps",
+        )
 
 
 def _check_overlaps(leaves: dict) -> None:
