@@ -116,3 +116,19 @@ def test_the_checks_stay_out_of_a_users_jit():
     np.testing.assert_allclose(
         listed(jnp.asarray(1.0)), simulate(CIRCLE, Q0, QD0, P, **SHORT).q[-1], rtol=1e-12
     )
+
+
+@pytest.mark.parametrize(
+    "constraint_atol, match",
+    [
+        (-1e-6, r"constraint_atol must be positive and finite for every coordinate"),
+        ([1e-6, 1e-6, 1e-6], r"constraint_atol must be a number or have shape \(2,\)"),
+        ({"x": 1e-6}, r"constraint_atol is given by coordinate name, but the system has no coordinate_names"),
+        ("1e-6", r"constraint_atol must be a positive number or an array of shape \(2,\)"),
+    ],
+)
+def test_a_bad_constraint_tolerance_is_named(constraint_atol, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(CIRCLE, Q0, QD0, P, constraint_atol=constraint_atol, **SHORT)
+    with pytest.raises(ValueError, match=r"constraint_rtol must be >= 0"):
+        simulate(CIRCLE, Q0, QD0, P, constraint_rtol=-1.0, **SHORT)

@@ -121,6 +121,10 @@ def test_users_state_the_tolerance_in_coordinate_units(default):
     # the same as an (n,) array; the rotor's own tolerance does not matter (the rod does not touch θ)
     same = _run(constraint_atol=jnp.asarray([1.0, 1.0, 1e-12]))
     np.testing.assert_allclose(same.position_violation, loose.position_violation, rtol=1e-12)
+    with pytest.raises(
+        ValueError, match=r"constraint_atol names coordinates \['z'\] that the system does not"
+    ):
+        _run(constraint_atol={"x": 1.0, "z": 1.0})
     # a scalar: 1 mm everywhere flags the 2 mm start, 1 cm does not
     assert int(_run(constraint_atol=1e-3).status[ROW["2 mm off"]]) == RESULTS.constraint_violated
     assert int(_run(constraint_atol=1e-2).status[ROW["2 mm off"]]) == RESULTS.success

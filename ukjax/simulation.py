@@ -709,13 +709,13 @@ def _prepare(
     pinv_rtol,
     consistency_rtol,
     constraint_rtol,
-    constraint_atol,
     saveat,
     stepsize_controller,
     adjoint,
     progress,
     throw,
     dt,
+    constraint_atol=None,
 ):
     """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
     if dt0 is not None and dt is not None:
@@ -925,6 +925,8 @@ def simulate(
             computed at fixed save times, so ``steps``, ``dense`` and ``fn`` are refused).
         solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step); also
             :class:`ukjax.RK4` (classical 4th-order Runge-Kutta, fixed step only: it has no error estimate).
+            A name (any case) stands for a new instance: "Tsit5", "Dopri5", "Dopri8", "Heun", "Euler",
+            "Bosh3", "Ralston", "Midpoint" (diffrax's) and "RK4" (ukjax's); another string is refused.
         dt0: as in ``diffrax.diffeqsolve``: without ``stepsize_controller``, the fixed step size
             (``diffrax.ConstantStepSize``), 0 < dt0 < t1 - t0; ``None`` = adaptive
             ``diffrax.PIDController(rtol, atol)``, which stops with ``step_size_collapse`` below
@@ -975,7 +977,8 @@ def simulate(
             cache cannot store).
 
     Input errors raise ``ValueError`` naming the argument before anything is compiled (``ukjax._validation``):
-    shapes, complex or non-finite q0/qd0/params (the leaf is named), an empty batch, t0/t1/dt/tolerances that
+    shapes, q0/qd0 that are not numbers, complex or non-finite q0/qd0/params and parameter leaves that are
+    strings (the leaf is named), an unknown solver name, an empty batch, t0/t1/dt/tolerances that
     are not finite or not positive, dt not smaller than the span, ts outside [t0, t1]; the system is evaluated
     once at the initial state, so a missing parameter key, a model function with the wrong signature, or a
     mass matrix that is not symmetric positive definite is reported by name. Value checks need concrete
