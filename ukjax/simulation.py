@@ -82,15 +82,16 @@ coordinate in metres, 1 µrad for an angle in radians; for velocity residuals 1 
 
 DEFAULT_CONSTRAINT_RTOL = 1e-6
 """Default ``constraint_rtol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): the part of the tolerance that grows
-with the motion of the coordinates a constraint row touches, 1e-6 of how far each has moved from its initial
-value (positions) and of its speed (velocities). Integration error of a stabilized system is far below
-atol + rtol · that (adaptive Tsit5 at 1e-8: ~1e-9 m; fixed 5 ms steps on the SCARA with critically damped
-gains: ~1e-8 m)."""
+with the motion of the coordinates a constraint row touches, 1e-6 of how far they have moved from their
+initial values (positions) and of their speed (velocities). Integration error of a stabilized system is far
+below atol + rtol · that (adaptive Tsit5 at 1e-8: ~1e-9 m; fixed 5 ms steps on the SCARA with critically
+damped gains: ~1e-8 m)."""
 
 COORDINATE_RESOLUTION = 100
-"""The tolerance of coordinate j never falls below COORDINATE_RESOLUTION · eps · |q_j| (|q̇_j| for
-velocities): the spacing of floating-point numbers near q_j times the rounding that an integration
-accumulates, below which no constraint can be resolved. In float64 at |q_j| = 1e6 m that is 2.2e-8 m."""
+"""The absolute tolerance of coordinate j is constraint_atol_j + COORDINATE_RESOLUTION · eps · |q_j| (|q̇_j|
+for velocities): the second term is the spacing of floating-point numbers near q_j times the rounding that
+an integration accumulates, below which no constraint can be resolved. In float64 at |q_j| = 1e6 m that is
+2.2e-8 m."""
 
 DEFAULT_CPU_CHUNK = 256
 """Scenarios per chunk of :func:`simulate_batch` on CPU (``chunk_size="auto"``).
@@ -136,8 +137,9 @@ _MESSAGES = {
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
     "field is non-finite or singular near the last accepted state",
     RESULTS.constraint_violated: "the constraints did not hold: a position or velocity residual, as a "
-    "distance from the constraint surface in units of its tolerance constraint_atol + constraint_rtol x (the "
-    "motion of the coordinates it touches) (Solution.position_violation / velocity_violation), exceeded 1 at "
+    "distance from the constraint surface in units of its tolerance, constraint_atol + constraint_rtol x "
+    "(how far the coordinates it touches have moved, or their speed) (Solution.position_violation / "
+    "velocity_violation), exceeded 1 at "
     "the last saved time, or, for a start on the constraints, at any saved time; stabilize (Baumgarte), "
     "shorten the step, or check that the constraints are compatible",
 }
@@ -222,32 +224,33 @@ class Solution(eqx.Module):
     fills them with inf).
 
     **How a constraint row is judged** (``position_violation``, ``velocity_violation``, status
-    ``constraint_violated``). Each row is judged on its own scale, per coordinate in the manner of diffrax's
-    error norm ``atol + rtol·|y|``. A row φ_i of the holonomic constraints, with gradient a_i = ∂φ_i/∂q (a
-    row of A), is off its surface φ_i = 0 by, to first order, |φ_i| / ‖a_i‖ in coordinate units, whatever
-    units φ_i is written in (φ = x² + y² - L² and φ = √(x² + y²) - L give the same distance). Coordinate j
-    gets the tolerance
+    ``constraint_violated``). Each row is judged on its own scale, in the manner of diffrax's per-component
+    ``atol + rtol·|y|``. A row φ_i of the holonomic constraints, with gradient a_i = ∂φ_i/∂q (a row of A),
+    is off its surface φ_i = 0 by, to first order, |φ_i| / ‖a_i‖ in coordinate units, whatever units φ_i is
+    written in (φ = x² + y² - L² and φ = √(x² + y²) - L give the same distance). In coordinates measured in
+    units of their absolute tolerances, z_j = q_j / c_j with c_j = constraint_atol_j + COORDINATE_RESOLUTION
+    · eps · |q_j|, that distance is |φ_i| / ‖a_i ⊙ c‖, and the row's tolerance there is 1 + constraint_rtol ·
+    ‖Δz‖ over the coordinates the row touches (a_ij ≠ 0), Δz_j = (q_j(t) - q_j(t0)) / c_j. So
 
-        τ_j = constraint_atol_j + constraint_rtol · |q_j(t) - q_j(t0)| + COORDINATE_RESOLUTION · eps · |q_j|
+        v_i = |φ_i| / (‖a_i ⊙ c‖ (1 + constraint_rtol ‖(Δq_j / c_j) for a_ij ≠ 0‖)),
 
-    and the row's violation is the same distance measured in units of τ (the smallest step δq with
-    a_i·δq = -φ_i, in the norm ‖δq / τ‖₂):
+    and ``position_violation`` = max_i v_i.
 
-        v_i = |φ_i| / ‖a_i ⊙ τ‖₂,        position_violation = max_i v_i,
-
-    which for a uniform τ is the distance |φ_i| / ‖a_i‖ divided by τ. Velocity rows (φ̇_i, ψ_i, with the
-    gradient ∂φ̇_i/∂q̇ = ∂φ_i/∂q or ∂ψ_i/∂q̇) are judged alike with τ_j = constraint_atol_j (per second) +
-    constraint_rtol · |q̇_j| + COORDINATE_RESOLUTION · eps · |q̇_j|. The status is ``constraint_violated``
+    With one tolerance c for every coordinate this is the distance |φ_i| / ‖a_i‖ against c + constraint_rtol ·
+    (how far the coordinates of the row have moved since t0, ‖Δq‖ over them): for a pendulum, 1 µm plus 1e-6
+    of the distance its bob has travelled from its start. Velocity rows (φ̇_i, ψ_i, gradient ∂φ̇_i/∂q̇ = a_i
+    or ∂ψ_i/∂q̇) are judged alike with q̇ in place of q and of Δq: tolerance constraint_atol (per second) +
+    constraint_rtol · (the speed of the coordinates the row touches). The status is ``constraint_violated``
     when a violation exceeds 1 (see :func:`simulate`, ``constraint_rtol``, for which saved times count).
 
-    Why this scale: a coordinate enters row i only through a_ij, so a coordinate the row does not touch
-    (a_ij = 0, e.g. a rotor turning at 314 rad/s beside a pendulum) cannot change the row's tolerance. The
-    relative part is measured from the start, not from the origin: a pendulum pivoted at x = 1e6 m is judged
-    exactly as one pivoted at 0 (its x moves by at most the rod's length), while a relative part |q_j| (as
-    in diffrax) would allow 1 m of error there. Only the floating-point resolution of q_j, the last term,
-    depends on where the origin is (2.2e-8 m at 1e6 m in float64). By default a coordinate in metres may be
-    1 µm off the constraint surface and one in radians 1 µrad, plus 1e-6 of how far it has moved; give
-    ``constraint_atol`` per coordinate (or by coordinate name) for systems in other units.
+    Why this scale: a coordinate the row does not touch (a_ij = 0, e.g. a rotor turning at 314 rad/s beside a
+    pendulum) enters neither the distance nor the tolerance. The relative part is measured from the start,
+    not from the origin: a pendulum pivoted at x = 1e6 m is judged as one pivoted at 0 (its x moves by at most
+    twice the rod's length), where a relative part |q_j| (as in diffrax) would allow 1 m of error. Only the
+    floating-point resolution of q_j, COORDINATE_RESOLUTION · eps · |q_j|, depends on where the origin is
+    (2.2e-8 m at 1e6 m in float64). Defaults (float64): a coordinate in metres may be 1 µm off its
+    constraint surface and one in radians 1 µrad, plus 1e-6 of how far the row's coordinates have moved;
+    give ``constraint_atol`` per coordinate (or by coordinate name) for systems in other units.
     """
 
     ts: jax.Array
@@ -434,22 +437,27 @@ def _norm(r):
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
 
 
-def _tolerance(numbers, motion, value):
-    """Per-coordinate tolerance atol_j + rtol |motion_j| + COORDINATE_RESOLUTION eps |value_j| (Solution)."""
+def _row_norms(x):
+    """‖x_i‖ of every row, with derivative 0 (not NaN) at a zero row."""
+    squares = jnp.sum(x * x, axis=-1)
+    positive = squares > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, 1.0)), 0.0)
+
+
+def _violation(residual, gradients, numbers, motion, value):
+    """max_i of row i's distance from its constraint surface in units of its tolerance (:class:`Solution`):
+
+        v_i = |r_i| / (‖a_i ⊙ c‖ (1 + rtol ‖(motion_j / c_j) for j with a_ij ≠ 0‖)),
+        c_j = atol_j + COORDINATE_RESOLUTION eps |value_j|,
+
+    for residuals r (k,), their gradients a (k, n) and the per-coordinate motion (q - q0, or q̇). A row of
+    zero gradient (singular point) counts in units of the largest c_j."""
     eps = float(jnp.finfo(value.dtype).eps)
-    return (
-        numbers.constraint_atol
-        + numbers.constraint_rtol * jnp.abs(motion)
-        + COORDINATE_RESOLUTION * eps * jnp.abs(value)
-    )
-
-
-def _scaled_max(residual, scale, tolerance):
-    """max_i |r_i| / scale_i with scale_i = ‖a_i ⊙ τ‖ (:meth:`System.residual_scales`): the worst row's
-    distance from its surface in units of its tolerance. A row of zero gradient (singular point) counts in
-    units of the largest τ_j."""
-    positive = scale > 0
-    scale = jnp.where(positive, scale, jnp.max(tolerance, initial=0.0))
+    c = numbers.constraint_atol + COORDINATE_RESOLUTION * eps * jnp.abs(value)
+    touched = gradients != 0
+    spread = _row_norms(jnp.where(touched, motion / c, 0.0))
+    scale = _row_norms(gradients * c)
+    scale = jnp.where(scale > 0, scale, jnp.max(c)) * (1.0 + numbers.constraint_rtol * spread)
     return jnp.max(jnp.abs(residual) / scale, initial=0.0)
 
 
@@ -483,15 +491,14 @@ def _diagnostics(system, config, numbers, q, qd, t, p, q0):
         consistency = _norm(A @ qdd - b)
     consistent = consistency <= numbers.consistency_rtol * (1.0 + _norm(b))
     position, velocity = system.residuals(q, qd, t, p)
-    position_tol, velocity_tol = _tolerance(numbers, q - q0, q), _tolerance(numbers, qd, qd)
-    position_scale, velocity_scale = system.residual_scales(A, rows, position_tol, velocity_tol)
+    position_gradient, velocity_gradient = system.residual_gradients(A, rows)
     finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
     out = dict(
         qdd=qdd,
         position_residual=position,
         velocity_residual=velocity,
-        position_violation=_scaled_max(position, position_scale, position_tol),
-        velocity_violation=_scaled_max(velocity, velocity_scale, velocity_tol),
+        position_violation=_violation(position, position_gradient, numbers, q - q0, q),
+        velocity_violation=_violation(velocity, velocity_gradient, numbers, qd, qd),
         constraint_force=force,
         consistency=consistency,
         consistent=consistent,
@@ -950,18 +957,19 @@ def simulate(
             Falco et al., eq. 41 and 42-43; rank [M; A] = n is checked at the start).
         consistency_rtol: status ``inconsistent_constraints`` when ‖A q̈ - b‖ > consistency_rtol (1 + ‖b‖)
             at any saved time; ``None``: ``DEFAULT_CONSISTENCY_RTOL`` (float64), √eps (float32).
-        constraint_atol, constraint_rtol: the tolerance of the status ``constraint_violated``, per
-            coordinate j: τ_j = constraint_atol_j + constraint_rtol · |q_j(t) - q_j(t0)| for positions,
-            constraint_atol_j (per second) + constraint_rtol · |q̇_j| for velocities (plus the float
-            resolution of q_j; :class:`Solution` gives the test and why). A constraint row is off by
-            ``Solution.position_violation`` / ``velocity_violation`` = |φ_i| / ‖(∂φ_i/∂q) ⊙ τ‖, its
-            first-order distance from the constraint surface in units of τ, so only the coordinates the row
-            touches count and the origin does not. The status is ``constraint_violated`` when that exceeds 1
-            at the last saved time; for a start on the constraints (both at most 1 at the first saved time),
-            also at any other saved time. A start off the constraints (as in Xu & Liu 2017) is judged by
-            where it ends, since the Baumgarte transient that pulls it back passes through larger residuals,
-            above all in velocity. ``constraint_atol``: a number (every coordinate), an (n,) array, or a
-            dict from coordinate names (``System.coordinate_names``) to numbers, the others keeping the
+        constraint_atol, constraint_rtol: the tolerance of the status ``constraint_violated``. A constraint
+            row's first-order distance from its surface, |φ_i| / ‖∂φ_i/∂q‖ in coordinate units, may be
+            constraint_atol + constraint_rtol · (how far the coordinates the row touches have moved since t0);
+            a velocity residual constraint_atol (per second) + constraint_rtol · (their speed). With a
+            tolerance per coordinate, the distance is measured in units of each coordinate's own
+            (:class:`Solution` gives the exact test and why), and ``Solution.position_violation`` /
+            ``velocity_violation`` is the worst row's distance in units of its tolerance. Only the coordinates
+            a row touches count, and the origin does not. The status is ``constraint_violated`` when that
+            exceeds 1 at the last saved time; for a start on the constraints (both at most 1 at the first
+            saved time), also at any other saved time. A start off the constraints (as in Xu & Liu 2017) is
+            judged by where it ends, since the Baumgarte transient that pulls it back passes through larger
+            residuals, above all in velocity. ``constraint_atol``: a number (every coordinate), an (n,) array,
+            or a dict from coordinate names (``System.coordinate_names``) to numbers, the others keeping the
             default; positive, in each coordinate's unit (metres, radians). ``None``:
             ``DEFAULT_CONSTRAINT_ATOL`` = 1e-6 (1 µm, 1 µrad; float32: 1e4 eps). ``constraint_rtol`` >= 0;
             ``None``: ``DEFAULT_CONSTRAINT_RTOL`` = 1e-6 (float32: 1e4 eps).

@@ -675,37 +675,33 @@ class System(eqx.Module):
         join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
         return join(position), join(velocity)
 
-    def residual_scales(self, A, rows, position_weights=None, velocity_weights=None):
-        """Per-row scales of :meth:`residuals` from the stacked constraint matrix A of the same state.
+    def residual_gradients(self, A, rows):
+        """The gradient of every residual of :meth:`residuals` from the stacked constraint matrix A of the
+        same state: ``(∂φ/∂q (k_h, n), ∂(φ̇, ψ)/∂q̇ (k_v, n))``, rows in the order of :meth:`residuals`.
 
-        Returns ``(‖∂φ_i/∂q ⊙ w‖, ‖∂φ̇_i/∂q̇ ⊙ w'‖ or ‖∂ψ_i/∂q̇ ⊙ w'‖)`` with per-coordinate weights w
-        (``position_weights``, (n,)) and w' (``velocity_weights``); without weights the plain norms. The
-        rows of A are exactly these gradients (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic
-        one), so nothing is differentiated again. |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q
-        from the constraint surface φ_i = 0 in coordinate units, whatever units φ_i is written in;
-        |φ_i| / ‖∂φ_i/∂q ⊙ w‖ is that distance measured in units of w (the smallest δq with
-        ∂φ_i/∂q · δq = -φ_i in the norm ‖δq / w‖₂); a coordinate the row does not touch (a zero entry)
-        leaves it unchanged. Likewise for the velocity residuals (∂φ̇/∂q̇ = ∂φ/∂q). Rows are in the order of
-        :meth:`residuals`. :func:`ukjax.simulate` judges its status by these with the tolerances as weights.
+        The rows of A are exactly these gradients (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic
+        one, and ∂φ̇/∂q̇ = ∂φ/∂q), so nothing is differentiated again. ``rows``: the rows of each constraint's
+        block of A.
         """
-
-        def norms_of(weights):
-            scaled = A if weights is None else A * weights
-            squares = jnp.sum(scaled * scaled, axis=1)
-            positive = squares > 0  # derivative 0, not NaN, at a zero row
-            return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, 1.0)), 0.0)
-
-        position_norms, velocity_norms = norms_of(position_weights), norms_of(velocity_weights)
         position, velocity, row = [], [], 0
         for constraint, count in zip(self.constraints, rows, strict=True):
             if isinstance(constraint, Holonomic):
-                position.append(position_norms[row : row + count])
-                velocity.append(velocity_norms[row : row + count])
+                position.append(A[row : row + count])
+                velocity.append(A[row : row + count])
             elif isinstance(constraint, Nonholonomic):
-                velocity.append(velocity_norms[row : row + count])
+                velocity.append(A[row : row + count])
             row += count
-        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), A.dtype)
+        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0, self.n), A.dtype)
         return join(position), join(velocity)
+
+    def residual_scales(self, A, rows):
+        """Per-row scales of :meth:`residuals`: ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``
+        (:meth:`residual_gradients`). |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q from the
+        constraint surface φ_i = 0 in coordinate units, whatever units φ_i is written in; likewise for the
+        velocity residuals. :func:`ukjax.simulate` judges its status by these distances with per-coordinate
+        tolerances (:class:`ukjax.Solution`).
+        """
+        return tuple(jnp.linalg.norm(G, axis=1) for G in self.residual_gradients(A, rows))
 
     def energy(self, q, qd, t, p):
         """Total mechanical energy T + V (systems built from a Lagrangian only)."""
