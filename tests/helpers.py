@@ -26,12 +26,25 @@ def assert_tree_allclose(x, y, *, rtol=1e-10, atol=1e-10, msg=""):
     if not tree_allclose(x, y, rtol=rtol, atol=atol):
         leaves_x, leaves_y = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
         diffs = [
-            float(np.max(np.abs(np.asarray(a) - np.asarray(b), initial=0.0)))
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0))
             if np.shape(a) == np.shape(b)
             else float("inf")
             for a, b in zip(leaves_x, leaves_y, strict=True)
         ]
         raise AssertionError(f"{msg} trees differ: max abs diff per leaf {diffs} (rtol={rtol}, atol={atol})")
+
+
+def violations_in_tolerance_units_of(sol, tolerance):
+    """``sol`` with ``position_violation`` and ``velocity_violation`` times ``tolerance``: back to roughly
+    coordinate units (metres), so that an absolute comparison at round-off level means metres, not units of
+    the status's 1e-6 tolerance (which magnify round-off of φ by 1e6)."""
+    import equinox as eqx
+
+    return eqx.tree_at(
+        lambda s: (s.position_violation, s.velocity_violation),
+        sol,
+        (sol.position_violation * tolerance, sol.velocity_violation * tolerance),
+    )
 
 
 def central_difference(f, x, direction, eps=1e-6):

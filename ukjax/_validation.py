@@ -38,8 +38,9 @@ def host_float(x) -> float | None:
     return float(np.asarray(x).real) if is_concrete(x) and np.ndim(x) == 0 else None
 
 
-def scalar(x, name, dtype, *, positive=False, finite=True):
-    """``x`` as a 0-d array of ``dtype``; refuses complex, non-scalar, non-finite and (optionally) x <= 0."""
+def scalar(x, name, dtype, *, positive=False, nonnegative=False, finite=True):
+    """``x`` as a 0-d array of ``dtype``; refuses complex, non-scalar, non-finite and (optionally) x <= 0
+    (``positive``) or x < 0 (``nonnegative``)."""
     if np.iscomplexobj(x):
         raise ValueError(f"{name} must be real, got the complex value {x!r}")
     if np.ndim(x) != 0:
@@ -50,15 +51,153 @@ def scalar(x, name, dtype, *, positive=False, finite=True):
             raise ValueError(f"{name} must be finite, got {value}")
         if positive and not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
+        if nonnegative and not value >= 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
     return jnp.asarray(x, dtype=dtype)
+
+
+def coordinate_tolerance(value, name, system, default: float, dtype):
+    """A per-coordinate tolerance (n,) from ``None`` (``default`` everywhere), a number, an (n,) array, or a
+    dict from ``system.coordinate_names`` to numbers (the coordinates it does not name keep ``default``);
+    every entry positive and finite when concrete."""
+    n = system.n
+    if value is None:
+        return jnp.full((n,), default, dtype)
+    if isinstance(value, dict):
+        names = system.coordinate_names
+        if names is None:
+            raise ValueError(
+                f"{name} is given by coordinate name, but the system has no coordinate_names; "
+                f"give a number or an array of shape ({n},)"
+            )
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ValueError(
+                f"{name} names coordinates {unknown} that the system does not have; its "
+                f"coordinates are {list(names)}"
+            )
+        entries = [value.get(k, default) for k in names]
+        for k, entry in zip(names, entries, strict=True):
+            if np.ndim(entry) != 0:
+                raise ValueError(f"{name}[{k!r}] must be a number, got shape {np.shape(entry)}")
+        value = jnp.stack([jnp.asarray(entry, dtype) for entry in entries])
+    if isinstance(value, str) or np.iscomplexobj(value):
+        raise ValueError(f"{name} must be a positive number or an array of shape ({n},), got {value!r}")
+    try:
+        array = jnp.asarray(value, dtype)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a positive number or an array of shape ({n},): {error}") from None
+    if array.ndim == 0:
+        array = jnp.full((n,), array, dtype)
+    if array.shape != (n,):
+        raise ValueError(
+            f"{name} must be a number or have shape ({n},) (one per coordinate), got {array.shape}"
+        )
+    if is_concrete(array):
+        values = np.asarray(array)
+        if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+            raise ValueError(f"{name} must be positive and finite for every coordinate, got {values}")
+    return array
+
+
+def _not_numeric(x, *, any_object: bool) -> str | None:
+    """What is wrong with a value that should be numbers, else None: a string, or a list, tuple or NumPy
+    array of strings or other objects; with ``any_object``, any value that is not an array of numbers.
+    Tracers and JAX arrays are numbers."""
+    if isinstance(x, (str, bytes)):
+        return f"the string {x!r}"
+    if isinstance(x, jax.Array | jax.core.Tracer | int | float | complex | np.number | np.bool_):
+        return None
+    if isinstance(x, list | tuple):  # entry by entry: a list may hold tracers
+        for entry in jax.tree_util.tree_leaves(x):
+            wrong = _not_numeric(entry, any_object=True)
+            if wrong is not None:
+                return f"a {type(x).__name__} holding {wrong}"
+        return None
+    if not any_object and not isinstance(x, np.ndarray):
+        return None  # another object: a static setting of the model under equinox's filter_jit
+    try:
+        array = np.asarray(x)
+    except (TypeError, ValueError) as error:
+        return f"a {type(x).__name__} that is not an array of numbers ({error})"
+    if array.dtype.kind not in "biufc":
+        return f"an array of {array.dtype} {array.ravel()[:3].tolist()}"
+    return None
+
+
+def numeric_parameter(name: str, leaf) -> None:
+    """Refuse a parameter leaf that is a string or an array of strings/objects, naming it."""
+    wrong = _not_numeric(leaf, any_object=False)
+    if wrong is not None:
+        raise ValueError(
+            f"parameter {name} is {wrong}; parameters must be numbers or arrays of numbers (write 1.0, not "
+            "'1.0'; a setting that is not a number belongs in the model function, e.g. a closure)"
+        )
+
+
+def _solver_classes() -> dict:
+    import diffrax
+
+    from ukjax.solvers import RK4
+
+    classes = (
+        diffrax.Tsit5,
+        diffrax.Dopri5,
+        diffrax.Dopri8,
+        diffrax.Heun,
+        diffrax.Euler,
+        diffrax.Bosh3,
+        diffrax.Ralston,
+        diffrax.Midpoint,
+        RK4,
+    )
+    return {cls.__name__.lower(): cls for cls in classes}
+
+
+SOLVER_NAMES = ("Tsit5", "Dopri5", "Dopri8", "Heun", "Euler", "Bosh3", "Ralston", "Midpoint", "RK4")
+"""The solver names :func:`solver` accepts as strings (any case): diffrax's explicit solvers of those names,
+and ``"RK4"`` for :class:`ukjax.solvers.RK4`."""
+
+
+def solver(value, default):
+    """The solver of ``solver=``: ``default`` for None, a diffrax solver as given, a name of
+    :data:`SOLVER_NAMES` (any case) as a new instance; anything else is refused naming ``solver``."""
+    import diffrax
+
+    if value is None:
+        return default
+    if isinstance(value, str):
+        cls = _solver_classes().get(value.strip().lower())
+        if cls is None:
+            raise ValueError(
+                f"solver={value!r} is not a solver name ukjax knows; give one of "
+                f"{', '.join(SOLVER_NAMES)} (any case) or a diffrax solver such as diffrax.Tsit5()"
+            )
+        return cls()
+    if isinstance(value, type) and issubclass(value, diffrax.AbstractSolver):
+        raise ValueError(
+            f"solver must be a solver instance, got the class {value.__name__}: write {value.__name__}()"
+        )
+    if not isinstance(value, diffrax.AbstractSolver):
+        raise ValueError(
+            f"solver must be a diffrax solver (e.g. diffrax.Tsit5()) or one of the names "
+            f"{', '.join(SOLVER_NAMES)}; got {type(value).__name__} {value!r}"
+        )
+    return value
 
 
 def state(n: int, q0, qd0, batched: bool):
     """(q0, qd0) as real floating arrays of shape (n,) or (batch, n), batch >= 1, finite when concrete."""
     for name, x in (("q0", q0), ("qd0", qd0)):
-        if np.iscomplexobj(x):
+        wrong = _not_numeric(x, any_object=True)
+        if wrong is not None:
+            raise ValueError(
+                f"{name} must be an array of numbers of shape ({'batch, ' if batched else ''}n,); got {wrong}"
+            )
+    q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)  # (a list may hold tracers: converted before inspection)
+    for name, x in (("q0", q0), ("qd0", qd0)):
+        if jnp.iscomplexobj(x):
             raise ValueError(f"{name} must be real; got a complex array (ukjax integrates real states)")
-    q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)
     if not (jnp.issubdtype(q0.dtype, jnp.floating) and q0.dtype == qd0.dtype):
         q0, qd0 = q0.astype(jnp.result_type(float)), qd0.astype(jnp.result_type(float))
     expected = "(batch, n)" if batched else "(n,)"
@@ -128,6 +267,7 @@ def parameters(params, batched: bool, batch: int | None) -> list[str]:
     poisoned = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         name = f"params{jax.tree_util.keystr(path)}"
+        numeric_parameter(name, leaf)
         if np.iscomplexobj(leaf):
             raise ValueError(f"parameter {name} is complex; ukjax's models take real parameters")
         if batched:
@@ -199,8 +339,10 @@ def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) 
         "Nonholonomic": "psi(q, qd, t, p)",
         "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
     }
-    for group, constraints in (("constraint", system.constraints), ("servo constraint",
-                                                                      system.servo_constraints)):
+    for group, constraints in (
+        ("constraint", system.constraints),
+        ("servo constraint", system.servo_constraints),
+    ):
         for constraint in constraints:
             label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
             signature = signatures[type(constraint).__name__]

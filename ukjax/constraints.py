@@ -52,10 +52,30 @@ class Baumgarte(eqx.Module):
 
     def feedback(self, phi, phi_dot, p):
         """The stabilizing term subtracted from b: 2αφ̇ + β²φ (quadratic) or αφ̇ + βφ (linear)."""
-        alpha, beta = self.gains(p)
+        alpha, beta = _gain_pair(self.gains(p))
         if self.form == "quadratic":
             return 2.0 * alpha * phi_dot + beta**2 * phi
         return alpha * phi_dot + beta * phi
+
+
+def _gain_pair(gains):
+    """``(alpha, beta)`` from what a Baumgarte ``gains(p)`` returned: a pair (tuple, list, or an array whose
+    first axis has length 2); anything else is refused naming the gains function and what it returned."""
+    if isinstance(gains, tuple | list) and len(gains) == 2:
+        return gains
+    if isinstance(gains, tuple | list):
+        what = f"a {type(gains).__name__} of {len(gains)} entries"
+    elif isinstance(gains, int | float):
+        what = f"the number {gains!r}"
+    else:
+        shape = jnp.shape(gains)
+        if len(shape) >= 1 and shape[0] == 2:
+            return gains[0], gains[1]
+        what = "a scalar" if not shape else f"an array of shape {shape}"
+    raise ValueError(
+        f"the Baumgarte gains function gains(p) must return a pair (alpha, beta); it returned {what} "
+        "(e.g. gains=lambda p: (p['alpha'], p['beta']))"
+    )
 
 
 def _as_vector(value, name: str, where: str):

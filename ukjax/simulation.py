@@ -74,11 +74,24 @@ the constraint manifold by the integration error, and for redundant (rank-defici
 Baumgarte terms of that drift, β²φ, are not exactly in the range of A: with φ ~ 1e-9 and β² ~ 1e2 that is
 ~1e-7 relative."""
 
+DEFAULT_CONSTRAINT_ATOL = 1e-6
+"""Default ``constraint_atol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): how far, in each coordinate's own
+unit, the state may be off a constraint surface and still count as "the constraints held": 1 µm for a
+coordinate in metres, 1 µrad for an angle in radians; for velocity residuals 1 µm/s and 1 µrad/s. See
+:class:`Solution` for the test it enters."""
+
 DEFAULT_CONSTRAINT_RTOL = 1e-6
-"""Default ``constraint_rtol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): the largest scaled residual
-|φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞)) (and its velocity counterpart) that still counts as "the constraints held".
-Integration error of a stabilized system is far below it (adaptive Tsit5 at 1e-8: ~1e-9; fixed 5 ms steps on
-the SCARA with critically damped gains: ~1e-8)."""
+"""Default ``constraint_rtol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): the part of the tolerance that grows
+with the motion of the coordinates a constraint row touches, 1e-6 of how far they have moved from their
+initial values (positions) and of their speed (velocities). Integration error of a stabilized system is far
+below atol + rtol · that (adaptive Tsit5 at 1e-8: ~1e-9 m; fixed 5 ms steps on the SCARA with critically
+damped gains: ~1e-8 m)."""
+
+COORDINATE_RESOLUTION = 100
+"""The absolute tolerance of coordinate j is constraint_atol_j + COORDINATE_RESOLUTION · eps · |q_j| (|q̇_j|
+for velocities): the second term is the spacing of floating-point numbers near q_j times the rounding that
+an integration accumulates, below which no constraint can be resolved. In float64 at |q_j| = 1e6 m that is
+2.2e-8 m."""
 
 DEFAULT_CPU_CHUNK = 256
 """Scenarios per chunk of :func:`simulate_batch` on CPU (``chunk_size="auto"``).
@@ -123,10 +136,12 @@ _MESSAGES = {
     "(C B̄) u = b̄ has no solution (Liu et al. 2015, Assumption 3)",
     RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
     "field is non-finite or singular near the last accepted state",
-    RESULTS.constraint_violated: "the constraints did not hold: the scaled position or velocity residual "
-    "(Solution.position_violation / velocity_violation) exceeded constraint_rtol at the last saved time, or, "
-    "for a start on the constraints, at any saved time; stabilize (Baumgarte), shorten the step, or check "
-    "that the constraints are compatible",
+    RESULTS.constraint_violated: "the constraints did not hold: a position or velocity residual, as a "
+    "distance from the constraint surface in units of its tolerance, constraint_atol + constraint_rtol x "
+    "(how far the coordinates it touches have moved, or their speed) (Solution.position_violation / "
+    "velocity_violation), exceeded 1 at "
+    "the last saved time, or, for a start on the constraints, at any saved time; stabilize (Baumgarte), "
+    "shorten the step, or check that the constraints are compatible",
 }
 _MESSAGE_LIST = tuple(_MESSAGES[code] for code in RESULTS)
 COMPLETED = tuple(
@@ -152,10 +167,11 @@ def as_params(params):
     """
 
     def strong(x):
-        if isinstance(x, float) or (isinstance(x, jax.Array | np.ndarray | np.floating)
-                                    and jnp.issubdtype(jnp.result_type(x), jnp.inexact)):
+        if isinstance(x, float) or (
+            isinstance(x, jax.Array | np.ndarray | np.floating) and np.issubdtype(x.dtype, np.inexact)
+        ):
             return jnp.asarray(x, dtype=jnp.result_type(x))
-        return x
+        return x  # integers, booleans, and what the input checks refuse by name (strings)
 
     return jax.tree_util.tree_map(strong, params)
 
@@ -192,9 +208,9 @@ class Solution(eqx.Module):
             consistent. With ``method="cholesky"`` or a reference method it equals ‖A A⁺ b - b‖ (seed 000
             eq. 27), the distance of b from range(A); the default ``"ldl"`` keeps the rows it can satisfy and
             reports a residual at least that large.
-        position_violation, velocity_violation: (T,) the scaled residuals the status is judged by:
-            max_i |φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞)), a relative distance from the constraint surface, and
-            max_i |φ̇_i or ψ_i| / (‖∂φ_i/∂q or ∂ψ_i/∂q̇‖ (1 + ‖q̇‖∞)); 0 without such constraints.
+        position_violation, velocity_violation: (T,) the quantities the status is judged by: the worst
+            constraint row's distance from its constraint surface in units of its own tolerance, so that
+            values above 1 are violations (0 without such constraints); defined below.
         u, servo_residual: (T, n_u) controls and (T, k_s) servo-constraint residuals (controlled systems
             only, else None).
         status: int code, see :class:`RESULTS`.
@@ -206,6 +222,35 @@ class Solution(eqx.Module):
     After a failure (status other than success, inconsistent_constraints, control_infeasible,
     constraint_violated) the values at saved times past the point of failure are not meaningful (diffrax
     fills them with inf).
+
+    **How a constraint row is judged** (``position_violation``, ``velocity_violation``, status
+    ``constraint_violated``). Each row is judged on its own scale, in the manner of diffrax's per-component
+    ``atol + rtol·|y|``. A row φ_i of the holonomic constraints, with gradient a_i = ∂φ_i/∂q (a row of A),
+    is off its surface φ_i = 0 by, to first order, |φ_i| / ‖a_i‖ in coordinate units, whatever units φ_i is
+    written in (φ = x² + y² - L² and φ = √(x² + y²) - L give the same distance). In coordinates measured in
+    units of their absolute tolerances, z_j = q_j / c_j with c_j = constraint_atol_j + COORDINATE_RESOLUTION
+    · eps · |q_j|, that distance is |φ_i| / ‖a_i ⊙ c‖, and the row's tolerance there is 1 + constraint_rtol ·
+    ‖Δz‖ over the coordinates the row touches (a_ij ≠ 0), Δz_j = (q_j(t) - q_j(t0)) / c_j. So
+
+        v_i = |φ_i| / (‖a_i ⊙ c‖ (1 + constraint_rtol ‖(Δq_j / c_j) for a_ij ≠ 0‖)),
+
+    and ``position_violation`` = max_i v_i.
+
+    With one tolerance c for every coordinate this is the distance |φ_i| / ‖a_i‖ against c + constraint_rtol ·
+    (how far the coordinates of the row have moved since t0, ‖Δq‖ over them): for a pendulum, 1 µm plus 1e-6
+    of the distance its bob has travelled from its start. Velocity rows (φ̇_i, ψ_i, gradient ∂φ̇_i/∂q̇ = a_i
+    or ∂ψ_i/∂q̇) are judged alike with q̇ in place of q and of Δq: tolerance constraint_atol (per second) +
+    constraint_rtol · (the speed of the coordinates the row touches). The status is ``constraint_violated``
+    when a violation exceeds 1 (see :func:`simulate`, ``constraint_rtol``, for which saved times count).
+
+    Why this scale: a coordinate the row does not touch (a_ij = 0, e.g. a rotor turning at 314 rad/s beside a
+    pendulum) enters neither the distance nor the tolerance. The relative part is measured from the start,
+    not from the origin: a pendulum pivoted at x = 1e6 m is judged as one pivoted at 0 (its x moves by at most
+    twice the rod's length), where a relative part |q_j| (as in diffrax) would allow 1 m of error. Only the
+    floating-point resolution of q_j, COORDINATE_RESOLUTION · eps · |q_j|, depends on where the origin is
+    (2.2e-8 m at 1e6 m in float64). Defaults (float64): a coordinate in metres may be 1 µm off its
+    constraint surface and one in radians 1 µrad, plus 1e-6 of how far the row's coordinates have moved;
+    give ``constraint_atol`` per coordinate (or by coordinate name) for systems in other units.
     """
 
     ts: jax.Array
@@ -337,6 +382,7 @@ class _Numbers(eqx.Module):
     consistency_rtol: jax.Array
     constraint_rtol: jax.Array
     controller: Any = None  # a user's stepsize_controller: its arrays traced, its other fields static
+    constraint_atol: Any = None  # (n,) per-coordinate absolute tolerance of the status (see Solution)
 
 
 def _evals_per_step(solver) -> tuple[int, int]:
@@ -391,13 +437,31 @@ def _norm(r):
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
 
 
-def _scaled_max(residual, scale, state):
-    """max_i |r_i| / (scale_i (1 + ‖state‖∞)); a row of zero scale (singular point) counts unscaled."""
-    scale = jnp.where(scale > 0, scale, 1.0) * (1.0 + jnp.max(jnp.abs(state)))
+def _row_norms(x):
+    """‖x_i‖ of every row, with derivative 0 (not NaN) at a zero row."""
+    squares = jnp.sum(x * x, axis=-1)
+    positive = squares > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, 1.0)), 0.0)
+
+
+def _violation(residual, gradients, numbers, motion, value):
+    """max_i of row i's distance from its constraint surface in units of its tolerance (:class:`Solution`):
+
+        v_i = |r_i| / (‖a_i ⊙ c‖ (1 + rtol ‖(motion_j / c_j) for j with a_ij ≠ 0‖)),
+        c_j = atol_j + COORDINATE_RESOLUTION eps |value_j|,
+
+    for residuals r (k,), their gradients a (k, n) and the per-coordinate motion (q - q0, or q̇). A row of
+    zero gradient (singular point) counts in units of the largest c_j."""
+    eps = float(jnp.finfo(value.dtype).eps)
+    c = numbers.constraint_atol + COORDINATE_RESOLUTION * eps * jnp.abs(value)
+    touched = gradients != 0
+    spread = _row_norms(jnp.where(touched, motion / c, 0.0))
+    scale = _row_norms(gradients * c)
+    scale = jnp.where(scale > 0, scale, jnp.max(c)) * (1.0 + numbers.constraint_rtol * spread)
     return jnp.max(jnp.abs(residual) / scale, initial=0.0)
 
 
-def _diagnostics(system, config, numbers, q, qd, t, p):
+def _diagnostics(system, config, numbers, q, qd, t, p, q0):
     """Everything a Solution reports at one saved time."""
     qdd, motion, loop = _motion(system, config, numbers, q, qd, t, p)
     rtol = _pinv_rtol(config, numbers)
@@ -427,14 +491,14 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
         consistency = _norm(A @ qdd - b)
     consistent = consistency <= numbers.consistency_rtol * (1.0 + _norm(b))
     position, velocity = system.residuals(q, qd, t, p)
-    position_scale, velocity_scale = system.residual_scales(A, rows)
+    position_gradient, velocity_gradient = system.residual_gradients(A, rows)
     finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
     out = dict(
         qdd=qdd,
         position_residual=position,
         velocity_residual=velocity,
-        position_violation=_scaled_max(position, position_scale, q),
-        velocity_violation=_scaled_max(velocity, velocity_scale, qd),
+        position_violation=_violation(position, position_gradient, numbers, q - q0, q),
+        velocity_violation=_violation(velocity, velocity_gradient, numbers, qd, qd),
         constraint_force=force,
         consistency=consistency,
         consistent=consistent,
@@ -446,22 +510,22 @@ def _diagnostics(system, config, numbers, q, qd, t, p):
     return out
 
 
-def _violated(position, velocity, tol):
-    """The constraints did not hold: above tol at the last saved time, or, for a start on the constraints,
-    at any saved time."""
+def _violated(position, velocity, tol=1.0):
+    """The constraints did not hold: a violation (in units of its tolerance, :class:`Solution`) above tol at
+    the last saved time, or, for a start on the constraints, at any saved time."""
     start_on = (position[0] <= tol) & (velocity[0] <= tol)
     end_off = (position[-1] > tol) | (velocity[-1] > tol)
     anywhere_off = jnp.any(position > tol) | jnp.any(velocity > tol)
     return end_off | (start_on & anywhere_off)
 
 
-def _status(result, start_bad, diag, tol):
+def _status(result, start_bad, diag):
     """The RESULTS code of one scenario from diffrax's result and the diagnostics at the saved times."""
     R = diffrax.RESULTS
     # A non-finite acceleration at a state the integrator reached (finite q, q̇) is nonfinite_state even when
     # the adaptive controller reported it as a step-size collapse.
     acceleration_bad = jnp.any(diag["state_finite"] & ~jnp.isfinite(diag["qdd"]).all(axis=-1))
-    violated = _violated(diag["position_violation"], diag["velocity_violation"], tol)
+    violated = _violated(diag["position_violation"], diag["velocity_violation"])
     checks = [
         (start_bad | (result == R.event_occurred) | acceleration_bad, RESULTS.nonfinite_state),
         (result == R.max_steps_reached, RESULTS.max_steps_reached),
@@ -554,10 +618,10 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
         progress_meter=diffrax.TqdmProgressMeter() if config.progress else diffrax.NoProgressMeter(),
     )
     q, qd = sol.ys
-    diag = jax.vmap(lambda t, q_, qd_: _diagnostics(system, config, numbers, q_, qd_, t, params))(
+    diag = jax.vmap(lambda t, q_, qd_: _diagnostics(system, config, numbers, q_, qd_, t, params, q0))(
         numbers.ts, q, qd
     )
-    status = _status(sol.result, start_bad, diag, numbers.constraint_rtol)
+    status = _status(sol.result, start_bad, diag)
 
     per_step, extra = _evals_per_step(config.solver)
     num_steps = jnp.asarray(sol.stats["num_steps"])
@@ -608,14 +672,20 @@ def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
     padded = jax.tree_util.tree_map(
         lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x, (q0, qd0, params)
     )
-    out = jax.lax.map(lambda scenario: solve(*scenario), padded, batch_size=size)
-    return jax.tree_util.tree_map(lambda x: x[:batch], out)
+    # The chunks are formed and undone with explicit shapes: ``lax.map(..., batch_size=)`` reshapes with -1,
+    # which fails on the zero-size arrays of a system without position or velocity residuals (constraints
+    # that are all AccelerationLevel, or none).
+    split = lambda x: jnp.reshape(x, (chunks, size, *x.shape[1:]))
+    out = jax.lax.map(lambda chunk: jax.vmap(solve)(*chunk), jax.tree_util.tree_map(split, padded))
+    join = lambda x: jnp.reshape(x, (chunks * size, *x.shape[2:]))[:batch]
+    return jax.tree_util.tree_map(join, out)
 
 
 # ---------------------------------------------------------------------- options (checked before compiling)
 _OPTIONS = (
     "t0", "t1", "ts", "solver", "dt0", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
-    "consistency_rtol", "constraint_rtol", "saveat", "stepsize_controller", "adjoint", "progress", "throw",
+    "consistency_rtol", "constraint_rtol", "constraint_atol", "saveat", "stepsize_controller", "adjoint",
+    "progress", "throw",
     "dt",
 )
 
@@ -652,6 +722,7 @@ def _prepare(
     progress,
     throw,
     dt,
+    constraint_atol=None,
 ):
     """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
     if dt0 is not None and dt is not None:
@@ -676,6 +747,7 @@ def _prepare(
             "first for accuracy work)",
             stacklevel=3,
         )
+    solver = validate.solver(solver, diffrax.Tsit5())
     q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
     params = as_params(params)
     # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
@@ -728,10 +800,14 @@ def _prepare(
     eps = float(jnp.finfo(dtype).eps)
     if constraint_rtol is None:
         constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
+    default_atol = max(DEFAULT_CONSTRAINT_ATOL, 1e4 * eps)
+    constraint_atol = validate.coordinate_tolerance(
+        constraint_atol, "constraint_atol", system, default_atol, dtype
+    )
     if consistency_rtol is None:
         consistency_rtol = max(DEFAULT_CONSISTENCY_RTOL, math.sqrt(eps))
     config = _Config(
-        solver=diffrax.Tsit5() if solver is None else solver,
+        solver=solver,
         adaptive=not fixed_step,
         has_dt0=dt is not None,
         max_steps=max_steps,
@@ -752,8 +828,9 @@ def _prepare(
         atol=validate.scalar(atol, "atol", dtype, positive=True),
         pinv_rtol=nan if pinv_rtol is None else validate.scalar(pinv_rtol, "pinv_rtol", dtype, positive=True),
         consistency_rtol=validate.scalar(consistency_rtol, "consistency_rtol", dtype, positive=True),
-        constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, positive=True),
+        constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, nonnegative=True),
         controller=controller,
+        constraint_atol=constraint_atol,
     )
     return config, numbers, q0, qd0, params
 
@@ -775,6 +852,7 @@ def _batched_by_spec(params, spec, batch: int | None):
                              f"(shared), got {flag!r}")
 
         def one(path, x):
+            validate.numeric_parameter(f"params{jax.tree_util.keystr(prefix + path)}", x)
             x = jnp.asarray(x)
             if not batched:
                 return jnp.broadcast_to(x, (batch, *x.shape))
@@ -833,6 +911,7 @@ def simulate(
     pinv_rtol=None,
     consistency_rtol=None,
     constraint_rtol=None,
+    constraint_atol=None,
     saveat=None,
     stepsize_controller=None,
     adjoint=None,
@@ -853,6 +932,8 @@ def simulate(
             computed at fixed save times, so ``steps``, ``dense`` and ``fn`` are refused).
         solver: a diffrax solver; default ``diffrax.Tsit5()`` (5th order, also for fixed step); also
             :class:`ukjax.RK4` (classical 4th-order Runge-Kutta, fixed step only: it has no error estimate).
+            A name (any case) stands for a new instance: "Tsit5", "Dopri5", "Dopri8", "Heun", "Euler",
+            "Bosh3", "Ralston", "Midpoint" (diffrax's) and "RK4" (ukjax's); another string is refused.
         dt0: as in ``diffrax.diffeqsolve``: without ``stepsize_controller``, the fixed step size
             (``diffrax.ConstantStepSize``), 0 < dt0 < t1 - t0; ``None`` = adaptive
             ``diffrax.PIDController(rtol, atol)``, which stops with ``step_size_collapse`` below
@@ -876,12 +957,22 @@ def simulate(
             Falco et al., eq. 41 and 42-43; rank [M; A] = n is checked at the start).
         consistency_rtol: status ``inconsistent_constraints`` when ‖A q̈ - b‖ > consistency_rtol (1 + ‖b‖)
             at any saved time; ``None``: ``DEFAULT_CONSISTENCY_RTOL`` (float64), √eps (float32).
-        constraint_rtol: status ``constraint_violated`` when the scaled position or velocity residual
-            (``Solution.position_violation``, ``velocity_violation``) exceeds it at the last saved time;
-            for a start on the constraints (both below it at the first saved time), also at any other saved
-            time. A start off the constraints (as in Xu & Liu 2017) is judged by where it ends, since the
-            Baumgarte transient that pulls it back passes through larger residuals, above all in velocity.
-            ``None``: ``DEFAULT_CONSTRAINT_RTOL`` (float64), 1e4 eps (float32).
+        constraint_atol, constraint_rtol: the tolerance of the status ``constraint_violated``. A constraint
+            row's first-order distance from its surface, |φ_i| / ‖∂φ_i/∂q‖ in coordinate units, may be
+            constraint_atol + constraint_rtol · (how far the coordinates the row touches have moved since t0);
+            a velocity residual constraint_atol (per second) + constraint_rtol · (their speed). With a
+            tolerance per coordinate, the distance is measured in units of each coordinate's own
+            (:class:`Solution` gives the exact test and why), and ``Solution.position_violation`` /
+            ``velocity_violation`` is the worst row's distance in units of its tolerance. Only the coordinates
+            a row touches count, and the origin does not. The status is ``constraint_violated`` when that
+            exceeds 1 at the last saved time; for a start on the constraints (both at most 1 at the first
+            saved time), also at any other saved time. A start off the constraints (as in Xu & Liu 2017) is
+            judged by where it ends, since the Baumgarte transient that pulls it back passes through larger
+            residuals, above all in velocity. ``constraint_atol``: a number (every coordinate), an (n,) array,
+            or a dict from coordinate names (``System.coordinate_names``) to numbers, the others keeping the
+            default; positive, in each coordinate's unit (metres, radians). ``None``:
+            ``DEFAULT_CONSTRAINT_ATOL`` = 1e-6 (1 µm, 1 µrad; float32: 1e4 eps). ``constraint_rtol`` >= 0;
+            ``None``: ``DEFAULT_CONSTRAINT_RTOL`` = 1e-6 (float32: 1e4 eps).
         adjoint: a diffrax adjoint for reverse-mode derivatives. ``None``: for a fixed step with known span,
             ``diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps)``: every step's state is kept and
             the backward pass recomputes each step once (memory = the trajectory's states, time ≈ forward +
@@ -894,7 +985,8 @@ def simulate(
             cache cannot store).
 
     Input errors raise ``ValueError`` naming the argument before anything is compiled (``ukjax._validation``):
-    shapes, complex or non-finite q0/qd0/params (the leaf is named), an empty batch, t0/t1/dt/tolerances that
+    shapes, q0/qd0 that are not numbers, complex or non-finite q0/qd0/params and parameter leaves that are
+    strings (the leaf is named), an unknown solver name, an empty batch, t0/t1/dt/tolerances that
     are not finite or not positive, dt not smaller than the span, ts outside [t0, t1]; the system is evaluated
     once at the initial state, so a missing parameter key, a model function with the wrong signature, or a
     mass matrix that is not symmetric positive definite is reported by name. Value checks need concrete
@@ -929,6 +1021,7 @@ def simulate_batch(
     pinv_rtol=None,
     consistency_rtol=None,
     constraint_rtol=None,
+    constraint_atol=None,
     saveat=None,
     stepsize_controller=None,
     adjoint=None,

@@ -675,27 +675,33 @@ class System(eqx.Module):
         join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
         return join(position), join(velocity)
 
-    def residual_scales(self, A, rows):
-        """Per-row scales of :meth:`residuals` from the stacked constraint matrix A of the same state.
+    def residual_gradients(self, A, rows):
+        """The gradient of every residual of :meth:`residuals` from the stacked constraint matrix A of the
+        same state: ``(∂φ/∂q (k_h, n), ∂(φ̇, ψ)/∂q̇ (k_v, n))``, rows in the order of :meth:`residuals`.
 
-        Returns ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``: the rows of A are exactly these gradients
-        (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic one), so nothing is differentiated again.
-        |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q from the constraint surface φ_i = 0 in
-        coordinate units, whatever units φ_i is written in; likewise for the velocity residuals (∂φ̇/∂q̇ =
-        ∂φ/∂q). Rows are in the order of :meth:`residuals`.
+        The rows of A are exactly these gradients (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic
+        one, and ∂φ̇/∂q̇ = ∂φ/∂q), so nothing is differentiated again. ``rows``: the rows of each constraint's
+        block of A.
         """
-        norms = jnp.linalg.norm(A, axis=1)
         position, velocity, row = [], [], 0
         for constraint, count in zip(self.constraints, rows, strict=True):
-            block = norms[row : row + count]
             if isinstance(constraint, Holonomic):
-                position.append(block)
-                velocity.append(block)
+                position.append(A[row : row + count])
+                velocity.append(A[row : row + count])
             elif isinstance(constraint, Nonholonomic):
-                velocity.append(block)
+                velocity.append(A[row : row + count])
             row += count
-        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), A.dtype)
+        join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0, self.n), A.dtype)
         return join(position), join(velocity)
+
+    def residual_scales(self, A, rows):
+        """Per-row scales of :meth:`residuals`: ``(‖∂φ_i/∂q‖, ‖∂φ̇_i/∂q̇‖ or ‖∂ψ_i/∂q̇‖)``
+        (:meth:`residual_gradients`). |φ_i| / ‖∂φ_i/∂q‖ is, to first order, the distance of q from the
+        constraint surface φ_i = 0 in coordinate units, whatever units φ_i is written in; likewise for the
+        velocity residuals. :func:`ukjax.simulate` judges its status by these distances with per-coordinate
+        tolerances (:class:`ukjax.Solution`).
+        """
+        return tuple(jnp.linalg.norm(G, axis=1) for G in self.residual_gradients(A, rows))
 
     def energy(self, q, qd, t, p):
         """Total mechanical energy T + V (systems built from a Lagrangian only)."""

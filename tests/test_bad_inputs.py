@@ -1,0 +1,134 @@
+"""Bad inputs a user met, each refused before anything is compiled with a message naming the culprit: a solver
+given by name, a parameter given as a string, a Baumgarte gains function returning one number, a state that
+is not numbers, a NaN in the state or the parameters. Under a user's ``jax.jit`` (traced inputs) the checks
+stay out of the way.
+
+Compile budget: one tiny system (a point on a circle, n = 2), a few fixed steps; the solver-name test runs
+RK4 and Heun for 3 steps.
+"""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ukjax.constraints import Baumgarte, Holonomic
+from ukjax.simulation import simulate, simulate_batch
+from ukjax.solvers import RK4
+from ukjax.system import System
+
+
+def _circle(gains=lambda p: (p["alpha"], p["beta"])):
+    return System(
+        mass=lambda q, t, p: p["mass"] * jnp.eye(2),
+        force=lambda q, qd, t, p: jnp.stack([0.0 * q[0], -9.81 * p["mass"]]),
+        n=2,
+        constraints=(Holonomic(lambda q, t, p: jnp.stack([q @ q - 1.0]), Baumgarte(gains), name="circle"),),
+    )
+
+
+CIRCLE = _circle()
+P = {"mass": jnp.asarray(1.0), "alpha": jnp.asarray(5.0), "beta": jnp.asarray(5.0)}
+Q0, QD0 = jnp.asarray([1.0, 0.0]), jnp.asarray([0.0, 0.0])
+SHORT = dict(t1=0.03, dt0=0.01, ts=jnp.asarray([0.0, 0.03]))
+
+
+@pytest.mark.parametrize("name, cls", [("RK4", RK4), ("heun", diffrax.Heun)])
+def test_a_solver_given_by_name_is_that_solver(name, cls):
+    by_name = simulate(CIRCLE, Q0, QD0, P, solver=name, **SHORT)
+    by_object = simulate(CIRCLE, Q0, QD0, P, solver=cls(), **SHORT)
+    np.testing.assert_array_equal(by_name.q, by_object.q)
+    per_step = 4 if cls is RK4 else 2
+    assert int(by_name.num_function_evals) == per_step * 3
+
+
+@pytest.mark.parametrize(
+    "solver, match",
+    [
+        (
+            "Tsit6",
+            r"solver='Tsit6' is not a solver name .*Tsit5, Dopri5, Dopri8, Heun, Euler, Bosh3, Ralston, "
+            r"Midpoint, RK4",
+        ),
+        (diffrax.Tsit5, r"solver must be a solver instance, got the class Tsit5: write Tsit5\(\)"),
+        (42, r"solver must be a diffrax solver .* got int 42"),
+    ],
+)
+def test_an_unknown_solver_is_refused_naming_the_accepted_names(solver, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(CIRCLE, Q0, QD0, P, solver=solver, **SHORT)
+
+
+def test_a_parameter_given_as_a_string_is_named():
+    params = {**P, "mass": "1.0"}
+    named = r"parameter params\['mass'\] is the string '1.0'"
+    with pytest.raises(ValueError, match=named):
+        simulate(CIRCLE, Q0, QD0, params, **SHORT)
+    with pytest.raises(ValueError, match=named):
+        simulate_batch(CIRCLE, Q0[None], QD0[None], params, **SHORT)
+    with pytest.raises(ValueError, match=named):  # per-scenario parameters are checked leaf by leaf too
+        spec = {"mass": True, "alpha": False, "beta": False}
+        simulate_batch(CIRCLE, Q0[None], QD0[None], params, batch_params=spec, **SHORT)
+    with pytest.raises(ValueError, match=r"parameter params\['alpha'\] is an array of <U3"):
+        simulate(CIRCLE, Q0, QD0, {**P, "alpha": np.asarray(["5.0"])}, **SHORT)
+
+
+def test_gains_returning_one_number_are_blamed_on_the_gains_function():
+    scalar_gains = _circle(gains=lambda p: p["alpha"])
+    with pytest.raises(
+        ValueError,
+        match=r"Baumgarte gains function gains\(p\) must return a pair \(alpha, "
+        r"beta\); it returned a scalar",
+    ) as error:
+        simulate(scalar_gains, Q0, QD0, P, **SHORT)
+    assert "phi(q, t, p)" not in str(error.value)  # not blamed on φ any more
+    with pytest.raises(ValueError, match=r"it returned a tuple of 3 entries"):
+        simulate(_circle(gains=lambda p: (1.0, 2.0, 3.0)), Q0, QD0, P, **SHORT)
+
+
+@pytest.mark.parametrize(
+    "q0, qd0, match",
+    [
+        ("abc", QD0, r"q0 must be an array of numbers of shape \(n,\); got the string 'abc'"),
+        (Q0, ["0", "0"], r"qd0 must be an array of numbers .* got a list holding the string '0'"),
+        (Q0.at[1].set(jnp.nan), QD0, r"q0 has a NaN or infinite entry at index \[1\]"),
+        (Q0, QD0.at[0].set(jnp.inf), r"qd0 has a NaN or infinite entry at index \[0\]"),
+    ],
+)
+def test_a_state_that_is_not_finite_numbers_is_named(q0, qd0, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(CIRCLE, q0, qd0, P, **SHORT)
+
+
+def test_a_nan_parameter_is_named():
+    with pytest.raises(ValueError, match=r"parameter params\['beta'\] has a NaN or infinite value"):
+        simulate(CIRCLE, Q0, QD0, {**P, "beta": jnp.asarray(jnp.nan)}, **SHORT)
+
+
+def test_the_checks_stay_out_of_a_users_jit():
+    # traced q0 and params: no value checks, the same numbers as the eager call (solver by name included)
+    final = jax.jit(lambda q0, p: simulate(CIRCLE, q0, QD0, p, solver="rk4", **SHORT).q[-1])
+    eager = simulate(CIRCLE, Q0, QD0, P, solver=RK4(), **SHORT).q[-1]
+    np.testing.assert_allclose(final(Q0, P), eager, rtol=1e-12)
+    # a traced list entry is numbers, not "a list holding ..."
+    listed = jax.jit(lambda x: simulate(CIRCLE, [x, 0.0], QD0, P, **SHORT).q[-1])
+    np.testing.assert_allclose(
+        listed(jnp.asarray(1.0)), simulate(CIRCLE, Q0, QD0, P, **SHORT).q[-1], rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "constraint_atol, match",
+    [
+        (-1e-6, r"constraint_atol must be positive and finite for every coordinate"),
+        ([1e-6, 1e-6, 1e-6], r"constraint_atol must be a number or have shape \(2,\)"),
+        ({"x": 1e-6}, r"constraint_atol is given by coordinate name, but the system has no coordinate_names"),
+        ("1e-6", r"constraint_atol must be a positive number or an array of shape \(2,\)"),
+    ],
+)
+def test_a_bad_constraint_tolerance_is_named(constraint_atol, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(CIRCLE, Q0, QD0, P, constraint_atol=constraint_atol, **SHORT)
+    with pytest.raises(ValueError, match=r"constraint_rtol must be >= 0"):
+        simulate(CIRCLE, Q0, QD0, P, constraint_rtol=-1.0, **SHORT)
