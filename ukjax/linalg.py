@@ -712,74 +712,99 @@ def _psd_pinv_cholesky(G, rtol):
     return small_matmul(Yt.T, Yt)
 
 
-def _ldl_entries(g, cutoff):
-    """Unrolled LDLᵀ without pivoting of a PSD matrix (nested lists of scalars; Golub & Van Loan alg. 4.1.2).
+def _pivoted_ldl_entries(g, cutoff):
+    """Unrolled LDLᵀ with diagonal pivoting of a PSD matrix (nested lists of scalars), in G's own row order.
 
-    Returns the strictly lower part of the unit-lower-triangular L (``l[i][j]``, j < i) and the reciprocal
-    pivots D⁺ (``dinv[j]``, 0 for a pivot ≤ ``cutoff``, whose column of L is then e_j).
+    Step j takes as pivot p the largest diagonal entry w_pp of the Schur complement W among the rows not yet
+    eliminated (Higham 2002, §10.3: for a semi-definite matrix this is complete pivoting, and it bounds the
+    multipliers, |l_ip| = |w_ip| / w_pp ≤ 1), eliminates row p from the others, W ← W - l w_pᵀ, and applies
+    the same row operations to X (the identity at the start). The pivot is a per-matrix index, so it enters
+    only through compares and selects (no gathers, no permutation): the rows are never reordered. With
+    F = [l_1 ... l_m] (unit lower triangular after ordering the rows by pivot step, l_j = e_p for a dropped
+    pivot) G = F D Fᵀ and X F = Π, Π = [e_p1 ... e_pm], so G⁻ = F⁻ᵀ D⁺ F⁻¹ = Xᵀ D̃⁺ X with D̃⁺ the reciprocal
+    pivots placed at their rows p_j. Returns (X, D̃⁺) as nested lists. A pivot ≤ ``cutoff`` and every later one
+    (the largest remaining diagonal is then at round-off level) count as zero: reciprocal 0, no elimination.
+
+    Only the lower triangle of W is updated and read: on the rows not yet eliminated it stays symmetric, and
+    the entries of eliminated rows are never read again (their multipliers are 0).
     """
     m = len(g)
-    W = [list(row) for row in g]
-    l = [[None] * m for _ in range(m)]
-    dinv = []
+    W = [[g[i][k] for k in range(i + 1)] for i in range(m)]
+    zero, one = jnp.zeros_like(g[0][0]), jnp.ones_like(g[0][0])
+    X = [[one if i == k else zero for k in range(m)] for i in range(m)]
+    dinv = [zero] * m
+    free, alive = [jnp.ones_like(zero, dtype=bool)] * m, jnp.ones_like(zero, dtype=bool)
     for j in range(m):
-        keep = W[j][j] > cutoff
-        inv = _safe_div(1, W[j][j], keep)
-        dinv.append(inv)
-        for i in range(j + 1, m):
-            l[i][j] = W[i][j] * inv
-        for i in range(j + 1, m):
-            for k in range(j + 1, i + 1):
-                W[i][k] = W[i][k] - l[i][j] * W[k][j]
-    return l, dinv
+        w_pp, p = jnp.where(free[0], W[0][0], -jnp.inf), jnp.zeros_like(zero, dtype=jnp.int32)
+        for i in range(1, m):
+            d = jnp.where(free[i], W[i][i], -jnp.inf)
+            p, w_pp = jnp.where(d > w_pp, i, p), jnp.maximum(d, w_pp)
+        ok = alive & (w_pp > cutoff)
+        inv = _safe_div(1, w_pp, ok)
+        pick = [p == i for i in range(m)]
+        dinv = [dinv[i] + jnp.where(pick[i], inv, 0) for i in range(m)]
+        alive = ok
+        if j == m - 1:  # the last pivot eliminates nothing
+            break
+        col = [_select(pick, [W[max(i, k)][min(i, k)] for k in range(m)]) for i in range(m)]
+        row = [_select(pick, [X[i][k] for i in range(m)]) for k in range(m)]
+        l = [jnp.where(free[i] & ~pick[i], col[i] * inv, 0) for i in range(m)]
+        W = [[W[i][k] - l[i] * col[k] for k in range(i + 1)] for i in range(m)]
+        X = [[X[i][k] - l[i] * row[k] for k in range(m)] for i in range(m)]
+        free = [free[i] & ~pick[i] for i in range(m)]
+    return X, dinv
 
 
-def _ldl_solve_entries(l, dinv, rows):
-    """x = L⁻ᵀ D⁺ L⁻¹ r for the factors of :func:`_ldl_entries`; each row of r is a scalar or a vector."""
-    m = len(dinv)
-    y = []
-    for i in range(m):
-        y.append(rows[i] - _dot(l[i][:i], y, rows[i]))
-    x = [None] * m
-    for i in reversed(range(m)):
-        x[i] = dinv[i] * y[i] - _dot([l[k][i] for k in range(i + 1, m)], x[i + 1:], y[i])
-    return x
+def _select(pick, values):
+    """The value whose flag in ``pick`` is set (exactly one is), as a chain of selects."""
+    out = values[0]
+    for flag, value in zip(pick[1:], values[1:], strict=True):
+        out = jnp.where(flag, value, out)
+    return out
 
 
-def _ldl_loop(G, cutoff):
-    """:func:`_ldl_entries` as a ``fori_loop`` over columns (right-looking), for m above the unroll limit:
-    (L⁻¹, D⁺). The row operations that reduce G to D Lᵀ are applied to the identity alongside, so L⁻¹ comes
-    out of the same loop (Gauss-Jordan style) instead of a second, triangular-solve loop."""
+def _pivoted_ldl_loop(G, cutoff):
+    """:func:`_pivoted_ldl_entries` as a ``fori_loop`` over pivot steps, for m above the unroll limit:
+    (X, D̃⁺) with G⁻ = Xᵀ diag(D̃⁺) X. The pivot search is unrolled compares over the diagonal and the pivot's
+    column and row are selects over static slices (no ``argmax``, no gather), as in :func:`psd_pinv`."""
     m = G.shape[0]
-    rows = jnp.arange(m)
+    idx = jnp.arange(m)
 
     def body(j, carry):
-        W, L_inv, dinv = carry
-        w = W[j, j]
-        keep = w > cutoff
-        inv = _safe_div(1, w, keep)
-        col = jnp.where(rows > j, W[:, j], 0) * inv  # l_ij, i > j
-        # row_i -= l_ij row_j for i > j, on the Schur complement and on the accumulated L⁻¹
-        return W - jnp.outer(col, W[j]), L_inv - jnp.outer(col, L_inv[j]), dinv.at[j].set(inv)
+        W, X, dinv, free, alive = carry
+        w_pp, p = jnp.where(free[0], W[0, 0], -jnp.inf), jnp.zeros((), idx.dtype)
+        for i in range(1, m):
+            d = jnp.where(free[i], W[i, i], -jnp.inf)
+            p, w_pp = jnp.where(d > w_pp, i, p), jnp.maximum(d, w_pp)
+        ok = alive & (w_pp > cutoff)
+        inv = _safe_div(1, w_pp, ok)
+        pick = idx == p
+        col = functools.reduce(jnp.add, (jnp.where(p == k, W[:, k], 0) for k in range(m)))
+        row = functools.reduce(jnp.add, (jnp.where(p == k, X[k], 0) for k in range(m)))
+        l = jnp.where(free & ~pick, col, 0) * inv
+        return W - jnp.outer(l, col), X - jnp.outer(l, row), dinv + jnp.where(pick, inv, 0), free & ~pick, ok
 
-    _, L_inv, dinv = _loop(m, body, (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype)))
-    return L_inv, dinv
+    init = (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype), jnp.ones(m, bool), jnp.array(True))
+    _, X, dinv, _, _ = _loop(m, body, init)
+    return X, dinv
 
 
 def _psd_ginv_ldl(G, rtol):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if m <= _UNROLL_MAX:
-        l, dinv = _materialized(_ldl_entries(_entries(G), cutoff))
-        eye = jnp.eye(m, dtype=G.dtype)
-        return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
-    L_inv, dinv = _ldl_loop(G, cutoff)
-    return (L_inv.T * dinv) @ L_inv
+        X, dinv = _materialized(_pivoted_ldl_entries(_entries(G), cutoff))
+        Y = [[dinv[k] * X[k][a] for k in range(m)] for a in range(m)]  # column a of Xᵀ D̃⁺
+        cols = [[X[k][b] for k in range(m)] for b in range(m)]
+        return _stack([[_dot(Y[a], cols[b], X[0][0]) for b in range(m)] for a in range(m)])
+    X, dinv = _pivoted_ldl_loop(G, cutoff)
+    return (X.T * dinv) @ X
 
 
 def psd_ginv(G, rtol=None):
     """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix, by
-    LDLᵀ without pivoting: G = L D Lᵀ, G⁻ = L⁻ᵀ D⁺ L⁻¹ (a pivot ≤ ``rtol * max_i G_ii`` counts as zero).
+    LDLᵀ with diagonal pivoting: Πᵀ G Π = L D Lᵀ, G⁻ = Π L⁻ᵀ D⁺ L⁻¹ Πᵀ (a pivot ≤ ``rtol * max_i G_ii``, and
+    every pivot after it, counts as zero).
 
     G G⁻ G = G and G⁻ G G⁻ = G⁻ (Penrose conditions 1 and 2), but G G⁻ is an oblique projector, so G⁻ is the
     Moore-Penrose inverse only when G is nonsingular. That is all the UK equation needs for consistent
@@ -789,11 +814,21 @@ def psd_ginv(G, rtol=None):
     inconsistent b it is not the least-squares acceleration: A q̈ - b is then the residual of an oblique
     projection (use :func:`psd_pinv`).
 
-    Cost: for m ≤ 8 the factorization and the inverse are unrolled scalar code with no loop and no pivot
-    search, which fuses across a ``vmap`` batch; above, one ``fori_loop`` over columns with no pivot search
-    (against :func:`psd_pinv`'s pivot search and second factorization). Default ``rtol``: m eps, as
-    :func:`psd_pinv`. Derivatives by autodiff through the factorization, exact where the set of dropped
-    pivots is locally constant. Non-finite G gives an all-NaN result.
+    Pivoting (the largest remaining diagonal entry, Higham 2002 §10.3) is what makes the rank decision
+    reliable: it keeps every multiplier |l_ij| ≤ 1, so the round-off left in the Schur complement of a
+    dropped direction stays of order m eps ‖G‖, below the cut. Without it a tiny but kept pivot (a direction
+    about to become singular, e.g. a linkage approaching a flat configuration, next to a redundant one)
+    makes multipliers of order 1/pivot, and the redundant direction's pivot, exactly 0 in exact arithmetic,
+    comes out as round-off times those multipliers squared, far above the cut: the five-bar linkage of
+    :mod:`ukjax.models.five_bar` at 1e-6 rad from its flat configuration gave a pivot of 1e-4 instead of
+    ~1e-16 and a G⁻ with entries 4e16 (‖G G⁻ G - G‖ = 6.5 for ‖G‖ = 8), and its simulation stopped there.
+
+    Cost: for m ≤ 8 the factorization and the inverse are unrolled scalar code (the pivot enters through
+    compares and selects, the rows are never permuted), which fuses across a ``vmap`` batch; above, one
+    ``fori_loop`` over pivot steps that produces L⁻¹ (Gauss-Jordan) alongside, against :func:`psd_pinv`'s
+    second factorization. Default ``rtol``: m eps, as :func:`psd_pinv`. Derivatives by autodiff through the
+    factorization, exact where the pivot order and the set of dropped pivots are locally constant (also at
+    a rank-deficient G, along perturbations that keep its rank). Non-finite G gives an all-NaN result.
     """
     G = _check_matrix(G, "psd_ginv", square=True)
     check_rtol(rtol, "psd_ginv")
