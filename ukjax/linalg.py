@@ -712,47 +712,42 @@ def _psd_pinv_cholesky(G, rtol):
     return small_matmul(Yt.T, Yt)
 
 
-def _pivoted_ldl_entries(g, cutoff):
-    """Unrolled LDLᵀ with diagonal pivoting of a PSD matrix (nested lists of scalars), in G's own row order.
+def _sweep_entries(g, cutoff):
+    """Symmetric sweeps (Goodnight 1979) of a PSD matrix with diagonal pivoting, unrolled on nested lists of
+    scalars (lower triangle); returns the lower triangle of -G⁻, G⁻ = Π [G_KK⁻¹ 0; 0 0] Πᵀ.
 
-    Step j takes as pivot p the largest diagonal entry w_pp of the Schur complement W among the rows not yet
-    eliminated (Higham 2002, §10.3: for a semi-definite matrix this is complete pivoting, and it bounds the
-    multipliers, |l_ip| = |w_ip| / w_pp ≤ 1), eliminates row p from the others, W ← W - l w_pᵀ, and applies
-    the same row operations to X (the identity at the start). The pivot is a per-matrix index, so it enters
-    only through compares and selects (no gathers, no permutation): the rows are never reordered. With
-    F = [l_1 ... l_m] (unit lower triangular after ordering the rows by pivot step, l_j = e_p for a dropped
-    pivot) G = F D Fᵀ and X F = Π, Π = [e_p1 ... e_pm], so G⁻ = F⁻ᵀ D⁺ F⁻¹ = Xᵀ D̃⁺ X with D̃⁺ the reciprocal
-    pivots placed at their rows p_j. Returns (X, D̃⁺) as nested lists. A pivot ≤ ``cutoff`` and every later one
-    (the largest remaining diagonal is then at round-off level) count as zero: reciprocal 0, no elimination.
-
-    Only the lower triangle of W is updated and read: on the rows not yet eliminated it stays symmetric, and
-    the entries of eliminated rows are never read again (their multipliers are 0).
+    Step j takes as pivot p the largest diagonal entry d = a_pp among the indices not yet swept (the
+    diagonal of the Schur complement: complete pivoting for a semi-definite matrix, Higham 2002 §10.3) and
+    sweeps on it: a_pp ← -1/d, a_ip ← a_ip/d, a_ij ← a_ij - a_ip a_pj/d (i, j ≠ p). After sweeping the set
+    K of kept pivots, A holds -G_KK⁻¹ on K x K, G_KK⁻¹G_KU beside it and the Schur complement on the rest.
+    A pivot ≤ ``cutoff`` (and every later one: the largest remaining diagonal is then at round-off level)
+    is dropped instead: its row and column are set to 0 (1/d is replaced by 0), which leaves them 0 through
+    later sweeps. The pivot is a per-matrix index: it enters through compares and selects only, and the
+    column (a_ip)_i and 1/d of each step are materialized together in one kernel, so each entry of the next
+    step is computed from its own previous value and those m + 1 numbers (without it XLA:CPU recomputed the
+    whole chain of earlier steps in every kernel; see :func:`materialize`).
     """
     m = len(g)
-    W = [[g[i][k] for k in range(i + 1)] for i in range(m)]
-    zero, one = jnp.zeros_like(g[0][0]), jnp.ones_like(g[0][0])
-    X = [[one if i == k else zero for k in range(m)] for i in range(m)]
-    dinv = [zero] * m
+    A = [[g[i][k] for k in range(i + 1)] for i in range(m)]
+    zero = jnp.zeros_like(g[0][0])
     free, alive = [jnp.ones_like(zero, dtype=bool)] * m, jnp.ones_like(zero, dtype=bool)
-    for j in range(m):
-        w_pp, p = jnp.where(free[0], W[0][0], -jnp.inf), jnp.zeros_like(zero, dtype=jnp.int32)
+    for _ in range(m):
+        d_pp, p = jnp.where(free[0], A[0][0], -jnp.inf), zero
         for i in range(1, m):
-            d = jnp.where(free[i], W[i][i], -jnp.inf)
-            p, w_pp = jnp.where(d > w_pp, i, p), jnp.maximum(d, w_pp)
-        ok = alive & (w_pp > cutoff)
-        inv = _safe_div(1, w_pp, ok)
+            d = jnp.where(free[i], A[i][i], -jnp.inf)
+            p, d_pp = jnp.where(d > d_pp, float(i), p), jnp.maximum(d, d_pp)
+        alive = alive & (d_pp > cutoff)
         pick = [p == i for i in range(m)]
-        dinv = [dinv[i] + jnp.where(pick[i], inv, 0) for i in range(m)]
-        alive = ok
-        if j == m - 1:  # the last pivot eliminates nothing
-            break
-        col = [_select(pick, [W[max(i, k)][min(i, k)] for k in range(m)]) for i in range(m)]
-        row = [_select(pick, [X[i][k] for i in range(m)]) for k in range(m)]
-        l = [jnp.where(free[i] & ~pick[i], col[i] * inv, 0) for i in range(m)]
-        W = [[W[i][k] - l[i] * col[k] for k in range(i + 1)] for i in range(m)]
-        X = [[X[i][k] - l[i] * row[k] for k in range(m)] for i in range(m)]
-        free = [free[i] & ~pick[i] for i in range(m)]
-    return X, dinv
+        col = [_select(pick, [A[max(i, k)][min(i, k)] for k in range(m)]) for i in range(m)]
+        pivot = materialize(jnp.stack([*col, _safe_div(1, d_pp, alive), p]))
+        col, inv, p = [pivot[i] for i in range(m)], pivot[m], pivot[m + 1]
+        pick = [p == i for i in range(m)]
+        v = [c * inv for c in col]
+        A = [[jnp.where(pick[i], -inv, A[i][i] - col[i] * v[i]) if k == i else
+              jnp.where(pick[i], v[k], jnp.where(pick[k], v[i], A[i][k] - col[i] * v[k]))
+              for k in range(i + 1)] for i in range(m)]
+        free = [f & ~s for f, s in zip(free, pick, strict=True)]
+    return A
 
 
 def _select(pick, values):
@@ -763,48 +758,46 @@ def _select(pick, values):
     return out
 
 
-def _pivoted_ldl_loop(G, cutoff):
-    """:func:`_pivoted_ldl_entries` as a ``fori_loop`` over pivot steps, for m above the unroll limit:
-    (X, D̃⁺) with G⁻ = Xᵀ diag(D̃⁺) X. The pivot search is unrolled compares over the diagonal and the pivot's
-    column and row are selects over static slices (no ``argmax``, no gather), as in :func:`psd_pinv`."""
+def _sweep_loop(G, cutoff):
+    """:func:`_sweep_entries` as a ``fori_loop`` over pivot steps on the full matrix, for m above the unroll
+    limit; returns -G⁻. The pivot search is unrolled compares over the diagonal and the pivot's column a
+    sum of selects over static slices (no ``argmax``, no gather), as in :func:`psd_pinv`."""
     m = G.shape[0]
     idx = jnp.arange(m)
 
     def body(j, carry):
-        W, X, dinv, free, alive = carry
-        w_pp, p = jnp.where(free[0], W[0, 0], -jnp.inf), jnp.zeros((), idx.dtype)
+        A, free, alive = carry
+        d_pp, p = jnp.where(free[0], A[0, 0], -jnp.inf), jnp.zeros((), idx.dtype)
         for i in range(1, m):
-            d = jnp.where(free[i], W[i, i], -jnp.inf)
-            p, w_pp = jnp.where(d > w_pp, i, p), jnp.maximum(d, w_pp)
-        ok = alive & (w_pp > cutoff)
-        inv = _safe_div(1, w_pp, ok)
+            d = jnp.where(free[i], A[i, i], -jnp.inf)
+            p, d_pp = jnp.where(d > d_pp, i, p), jnp.maximum(d, d_pp)
+        alive = alive & (d_pp > cutoff)
+        inv = _safe_div(1, d_pp, alive)
         pick = idx == p
-        col = functools.reduce(jnp.add, (jnp.where(p == k, W[:, k], 0) for k in range(m)))
-        row = functools.reduce(jnp.add, (jnp.where(p == k, X[k], 0) for k in range(m)))
-        l = jnp.where(free & ~pick, col, 0) * inv
-        return W - jnp.outer(l, col), X - jnp.outer(l, row), dinv + jnp.where(pick, inv, 0), free & ~pick, ok
+        col = functools.reduce(jnp.add, (jnp.where(p == k, A[:, k], 0) for k in range(m)))
+        v = col * inv
+        A = jnp.where(pick[:, None], v[None, :], jnp.where(pick[None, :], v[:, None], A - jnp.outer(col, v)))
+        A = jnp.where(pick[:, None] & pick[None, :], -inv, A)
+        return A, free & ~pick, alive
 
-    init = (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype), jnp.ones(m, bool), jnp.array(True))
-    _, X, dinv, _, _ = _loop(m, body, init)
-    return X, dinv
+    return _loop(m, body, (G, jnp.ones(m, bool), jnp.array(True)))[0]
 
 
 def _psd_ginv_ldl(G, rtol):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if m <= _UNROLL_MAX:
-        X, dinv = _materialized(_pivoted_ldl_entries(_entries(G), cutoff))
-        Y = [[dinv[k] * X[k][a] for k in range(m)] for a in range(m)]  # column a of Xᵀ D̃⁺
-        cols = [[X[k][b] for k in range(m)] for b in range(m)]
-        return _stack([[_dot(Y[a], cols[b], X[0][0]) for b in range(m)] for a in range(m)])
-    X, dinv = _pivoted_ldl_loop(G, cutoff)
-    return (X.T * dinv) @ X
+        A = _sweep_entries(_entries(G), cutoff)
+        return -_stack([[A[max(i, k)][min(i, k)] for k in range(m)] for i in range(m)])
+    return -_sweep_loop(G, cutoff)
 
 
 def psd_ginv(G, rtol=None):
-    """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix, by
-    LDLᵀ with diagonal pivoting: Πᵀ G Π = L D Lᵀ, G⁻ = Π L⁻ᵀ D⁺ L⁻¹ Πᵀ (a pivot ≤ ``rtol * max_i G_ii``, and
-    every pivot after it, counts as zero).
+    """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix by
+    diagonally pivoted LDLᵀ in its sweep form: Πᵀ G Π = L D Lᵀ with the pivots in decreasing order, the
+    pivots ≤ ``rtol * max_i G_ii`` (and all after them) dropped, and
+    G⁻ = Π L⁻ᵀ D⁺ L⁻¹ Πᵀ = Π [G_KK⁻¹ 0; 0 0] Πᵀ, the inverse of the principal submatrix on the kept pivots
+    K, computed by symmetric sweeps (Goodnight 1979) without forming L.
 
     G G⁻ G = G and G⁻ G G⁻ = G⁻ (Penrose conditions 1 and 2), but G G⁻ is an oblique projector, so G⁻ is the
     Moore-Penrose inverse only when G is nonsingular. That is all the UK equation needs for consistent
@@ -823,10 +816,11 @@ def psd_ginv(G, rtol=None):
     :mod:`ukjax.models.five_bar` at 1e-6 rad from its flat configuration gave a pivot of 1e-4 instead of
     ~1e-16 and a G⁻ with entries 4e16 (‖G G⁻ G - G‖ = 6.5 for ‖G‖ = 8), and its simulation stopped there.
 
-    Cost: for m ≤ 8 the factorization and the inverse are unrolled scalar code (the pivot enters through
-    compares and selects, the rows are never permuted), which fuses across a ``vmap`` batch; above, one
-    ``fori_loop`` over pivot steps that produces L⁻¹ (Gauss-Jordan) alongside, against :func:`psd_pinv`'s
-    second factorization. Default ``rtol``: m eps, as :func:`psd_pinv`. Derivatives by autodiff through the
+    Cost: for m ≤ 8 the sweeps are unrolled scalar code (the pivot enters through compares and selects, the
+    rows are never permuted), which fuses across a ``vmap`` batch; above, one ``fori_loop`` over pivot steps;
+    against :func:`psd_pinv`, no second factorization. The pivot search costs time the unpivoted LDLᵀ (the
+    default before) did not spend: ``benchmarks/results/default-method-ab-cpu.json`` has the measurement.
+    Default ``rtol``: m eps, as :func:`psd_pinv`. Derivatives by autodiff through the
     factorization, exact where the pivot order and the set of dropped pivots are locally constant (also at
     a rank-deficient G, along perturbations that keep its rank). Non-finite G gives an all-NaN result.
     """
