@@ -553,10 +553,10 @@ def materialize(x):
     chosen when the program is lowered, ``jax.lax.platform_dependent``) it is the plain identity: their
     fusion has not been measured with it.
 
-    :func:`cho_solve` materializes its solution and :func:`psd_ginv` its LDLᵀ factors; the SCARA model its
-    sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4, batch
-    1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320 ns
-    per evaluation. Use it in a model for a value that many entries share.
+    :func:`cho_solve` materializes its solution and :func:`psd_ginv` each sweep's pivot column; the SCARA
+    model its sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4,
+    batch 1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320
+    ns per evaluation. Use it in a model for a value that many entries share.
     """
     return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
 
