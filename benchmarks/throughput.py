@@ -426,7 +426,7 @@ def ab_default_method(args):
     """Old (``OLD_LDL``) against new default method, interleaved: per round, each contender's SCARA batch
     (``simulate_batch``, fixed step, wall and CPU seconds of the whole run) and its right-hand side alone
     (CPU ns per scenario-evaluation under ``vmap``), the order alternating between rounds; medians over
-    rounds. Also G⁻ alone (``psd_ginv`` of the SCARA's 3 x 3 G; the 12 x 12 ``fori_loop`` path on the
+    rounds. Also G⁻ alone (``psd_ginv`` of the SCARA's 4 x 4 G; the 12 x 12 ``fori_loop`` path on the
     five-bar's G) and the five-bar right-hand side."""
     from ukjax import linalg
     from ukjax.models import five_bar, scara
@@ -463,7 +463,7 @@ def ab_default_method(args):
         compile_s = time.perf_counter() - start
         parts = {
             "scara_rhs": lambda q, qd, m=method: system.acceleration(q, qd, 0.3, params, method=m),
-            "scara_psd_ginv_3x3": lambda q, qd, g=ginv: g(scara_gram(q, qd)),
+            "scara_psd_ginv_4x4": lambda q, qd, g=ginv: g(scara_gram(q, qd)),
             "five_bar_rhs": lambda q, qd, m=method: fb.acceleration(q, qd, 0.0, fb_p, method=m),
             "five_bar_psd_ginv_12x12": lambda q, qd, g=ginv: g(fb_gram(q, qd)),
         }
@@ -489,7 +489,7 @@ def ab_default_method(args):
         rounds.append(row)
         print(f"round {r}: " + " | ".join(
             f"{n} {row[n]['scenario_steps_per_s']:.4g}/s rhs {row[n]['scara_rhs_cpu_ns']:.0f} ns "
-            f"G⁻ {row[n]['scara_psd_ginv_3x3_cpu_ns']:.0f} ns "
+            f"G⁻ {row[n]['scara_psd_ginv_4x4_cpu_ns']:.0f} ns "
             f"five-bar rhs {row[n]['five_bar_rhs_cpu_ns']:.0f} ns"
             for n in names), flush=True)
     keys = [k for k in rounds[0]["new"]]
