@@ -337,8 +337,11 @@ def run(args) -> dict:
     tic = time.perf_counter()
     paper = _paper_comparison(compiled, pieces[0], min(args.paper_comparison, chunk), ts)
     if paper:
-        print(f"      the paper's gains on the first {paper['scenarios']} scenarios: "
-              f"{time.perf_counter() - tic:.2f} s", flush=True)
+        print(
+            f"      the paper's gains on the first {paper['scenarios']} scenarios: "
+            f"{time.perf_counter() - tic:.2f} s",
+            flush=True,
+        )
 
     tic = _phase(3, "post-processing (violation statistics, figures, metrics.json)")
     path_error, phi_norm, paths = (
@@ -415,8 +418,8 @@ def _gains_text(settling: dict) -> str:
     text = settling["kind"]
     if settling["period_s"]:
         text += f", period {settling['period_s']:.2f} s"
-    envelope = f"(1 + {sigma:g} t) e^(-{sigma:g} t)" if settling["kind"] == "critically damped" else (
-        f"e^(-{sigma:g} t)")
+    critical = settling["kind"] == "critically damped"
+    envelope = f"(1 + {sigma:g} t) e^(-{sigma:g} t)" if critical else f"e^(-{sigma:g} t)"
     return f"{text}, the error decays as {envelope}: {settling['envelope_at_t1']:.2g} of it left at t1"
 
 
