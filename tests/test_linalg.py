@@ -402,8 +402,8 @@ def tiny_pivot_before_redundant_row(delta, m):
 
 @pytest.mark.parametrize("m", [3, 12])  # unrolled and fori_loop paths
 def test_psd_ginv_pivoting_drops_the_redundant_direction(m):
-    """At δ = 1e-6 the unpivoted LDLᵀ kept a third pivot of ~2e-4 (a round-off direction, far above the cut
-    m eps max G_ii), so G⁻ had entries ~1e4 and G G⁻ G missed G by ~1 (the five-bar linkage near its flat
+    """At δ = 1e-6 the unpivoted LDLᵀ kept a third pivot of 9e-5 (a round-off direction, far above the cut
+    m eps max G_ii), so G⁻ had entries ~1e16 and G G⁻ G missed G by 1.0 (the five-bar linkage near its flat
     configuration, tests/test_default_method.py). Pivoted (largest remaining diagonal first), every multiplier
     is ≤ 1: G G⁻ G = G, G⁻ G G⁻ = G⁻ and G G⁻ y = y for y ∈ range(G) to 1e-12 (cond of the kept part ~1
     here, entries of G ≤ 2), and the rank of G G⁻ is NumPy's rank of G."""
