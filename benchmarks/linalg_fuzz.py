@@ -24,7 +24,10 @@ latter; relative to ‖q̈‖ alone even the SVD reaches cond² eps when the ter
 (``--float32``) the rank decision is checked instead, on consistent problems: ``rank_lower`` /
 ``rank_higher`` count answers that enforce fewer / more directions of A q̈ = b than float64's rank (a
 direction u_k of B counts as enforced when u_kᵀ(B y - c) is within 1 % of u_kᵀc), ``residual_over_1pct``
-those with ‖A q̈ - b‖ > 1 % ‖b‖.
+those with ‖A q̈ - b‖ > 1 % ‖b‖. Redundant cases (float64: consistent b, rank below the number of nonzero
+rows of A, the SVD form within ``--tol``): ``redundant_fail_where_svd_passes`` counts those a method misses by
+more than ``--tol``, or for the Cholesky forms by more than their documented 100 cond(B)² eps
+(``redundant_worst_vs_bound``: the largest error over that bound).
 
     python3 benchmarks/linalg_fuzz.py --cases 2000 --out benchmarks/results/linalg_fuzz.json
 """
@@ -41,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 import ukjax
-from ukjax.dynamics import ACCELERATION_METHODS
+from ukjax.dynamics import ACCELERATION_METHODS, GRAM_METHODS
 from ukjax.linalg import PINV_METHODS
 
 MAX_DIM = 12
@@ -151,7 +154,9 @@ def run(cases, seed, tol, dtype):
     uks = [random_uk(rng) for _ in range(cases)]
     pinv_stats = {m: {"well_conditioned": 0, "fail": 0, "worst": 0.0, "non_finite": 0} for m in PINV_METHODS}
     uk_stats = {m: {"well_conditioned": 0, "fail": 0, "worst": 0.0, "fail_vs_terms": 0, "worst_vs_terms": 0.0,
-                    "non_finite": 0, "rank_lower": 0, "rank_higher": 0, "residual_over_1pct": 0}
+                    "non_finite": 0, "rank_lower": 0, "rank_higher": 0, "residual_over_1pct": 0,
+                    "redundant_consistent": 0, "redundant_fail_where_svd_passes": 0,
+                    "redundant_worst_vs_bound": 0.0}
                 for m in ACCELERATION_METHODS}
     groups = by_shape(mats, lambda A: A.shape)
     for idx in tqdm(groups.values(), desc="pinv shapes", mininterval=10):
@@ -174,17 +179,23 @@ def run(cases, seed, tol, dtype):
     groups = by_shape(uks, lambda p: p[2].shape)
     for idx in tqdm(groups.values(), desc="UK shapes", mininterval=10):
         probs = [uks[i] for i in idx]
-        info = []
+        info, cond_of, redundant = [], [], []
         for M, Q, A, b in probs:
             ref, B, scale = uk_reference(M, Q, A, b)
             r, cond = numerical_rank(np.linalg.svd(B, compute_uv=False), B.shape)
             consistent = np.linalg.norm(A @ np.linalg.pinv(A) @ b - b) <= 1e-8 * (1 + np.linalg.norm(b))
             info.append((ref, scale, r, cond <= max_cond, consistent))
+            cond_of.append(cond)
+            redundant.append(r < int(np.sum(np.abs(A).sum(axis=1) > 0)))
         args = [jnp.asarray(np.stack(x), dtype) for x in zip(*probs, strict=True)]
+        svd_qdds = np.asarray(uk_fn("svd")(*args), np.float64)
+        svd_ok = [rel_err(q, ref) <= tol for q, (ref, *_) in zip(svd_qdds, info, strict=True)]
         for method in ACCELERATION_METHODS:
             qdds = np.asarray(uk_fn(method)(*args), np.float64)
             st = uk_stats[method]
-            for qdd, (M, Q, A, b), (ref, scale, r, good, consistent) in zip(qdds, probs, info, strict=True):
+            for k, (qdd, (M, Q, A, b), (ref, scale, r, good, consistent)) in enumerate(
+                zip(qdds, probs, info, strict=True)
+            ):
                 st["non_finite"] += int(not np.all(np.isfinite(qdd)))
                 if not good:
                     continue
@@ -196,6 +207,11 @@ def run(cases, seed, tol, dtype):
                     err = np.linalg.norm(qdd - ref) / scale if scale > 0 else np.linalg.norm(qdd - ref)
                     st["fail_vs_terms"] += int(err > tol)
                     st["worst_vs_terms"] = max(st["worst_vs_terms"], err)
+                    if consistent and redundant[k] and svd_ok[k]:  # what the default must pass too
+                        excess = rel_err(qdd, ref) / gram_bound(method, tol, cond_of[k])
+                        st["redundant_consistent"] += 1
+                        st["redundant_fail_where_svd_passes"] += int(excess > 1)
+                        st["redundant_worst_vs_bound"] = max(st["redundant_worst_vs_bound"], excess)
                 elif consistent:
                     res = np.linalg.norm(A @ qdd - b) / max(np.linalg.norm(b), 1e-300)
                     enforced = enforced_rank(M, Q, A, b, qdd)
@@ -204,6 +220,12 @@ def run(cases, seed, tol, dtype):
                     st["rank_higher"] += int(enforced > r)
                     st["fail"] += int(res > 1e-2 or enforced != r)
     return {"pinv": pinv_stats, "uk_acceleration": uk_stats}
+
+
+def gram_bound(method, tol, cond):
+    """Error allowed on a redundant case the SVD form passes: ``tol``, or for the Cholesky forms their
+    documented cond(B)² eps growth, 100 cond² eps (as tests/test_properties.py)."""
+    return max(tol, 100 * cond**2 * EPS64) if method in GRAM_METHODS else tol
 
 
 def enforced_rank(M, Q, A, b, qdd):

@@ -166,11 +166,13 @@ def naive_jax(q0, qd0, params, dt, *, steps):
     return jax.vmap(one)(q0, qd0)
 
 
-def ukjax_batch(system, q0, qd0, params, dt, *, steps, chunk_size="auto"):
+def ukjax_batch(system, q0, qd0, params, dt, *, steps, chunk_size="auto", method="ldl"):
     """(c): ``ukjax.simulate_batch``, fixed-step Tsit5 (its default solver), default UK method, saving the
     final state only; ``chunk_size`` as in ``simulate_batch`` (default: 256-scenario chunks on CPU)."""
     t1 = float(steps * dt)
-    sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, chunk_size=chunk_size)
+    sol = ukjax.simulate_batch(
+        system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, chunk_size=chunk_size, method=method
+    )
     return sol.q[:, -1], sol.qd[:, -1]
 
 
@@ -309,7 +311,7 @@ def bench(args):
     return {"model_check_relative_qdd_error": model_error, "steps": steps, "rows": rows}
 
 
-def _ns_per_eval(f, q0, qd0, reps):
+def _ns_per_eval(f, q0, qd0, reps, *, compile_only=False):
     """CPU nanoseconds per scenario of ``vmap(f)(q, qd)``, evaluated ``reps`` times inside one compiled loop.
 
     Every output of the last pass is returned (carried through the loop), so XLA computes all of them (the
@@ -332,6 +334,12 @@ def _ns_per_eval(f, q0, qd0, reps):
 
     compiled = jax.jit(loop).lower(q0, qd0).compile()
     jax.block_until_ready(compiled(q0, qd0))
+    return compiled if compile_only else _best_cpu_ns(compiled, q0, qd0, reps)
+
+
+def _best_cpu_ns(compiled, q0, qd0, reps):
+    """CPU ns per scenario-evaluation of a loop compiled by :func:`_ns_per_eval`, best of five calls."""
+    batch = q0.shape[0]
     best = np.inf
     for _ in range(5):
         start = time.process_time()
@@ -392,6 +400,102 @@ def profile_rhs(system, params, base, batch, seed, reps=50):
         result[name.strip()] = _ns_per_eval(f, q0, qd0, reps)
         print(f"{name:<60} {result[name.strip()]:9.0f} CPU ns per scenario-evaluation", flush=True)
     return result
+
+
+OLD_LDL = "_ldl_unpivoted"  # the former default's algorithm, registered for the A/B only (--ab-ldl)
+
+
+def register_old_ldl(path):
+    """Make ``method=OLD_LDL`` run ``psd_ginv`` of another copy of ``ukjax/linalg.py`` (e.g. the unpivoted
+    LDLᵀ of an earlier commit: ``git show COMMIT:ukjax/linalg.py > /tmp/old_linalg.py``), in this process
+    only, so that the old and the new default are compiled and timed side by side in one run."""
+    import importlib.util
+
+    from ukjax import dynamics
+
+    spec = importlib.util.spec_from_file_location("_ab_old_linalg", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dynamics._GRAM_INVERSES[OLD_LDL] = module.psd_ginv
+    dynamics.GRAM_METHODS = (*dynamics.GRAM_METHODS, OLD_LDL)
+    dynamics.ACCELERATION_METHODS = (*dynamics.ACCELERATION_METHODS, OLD_LDL)
+    return module
+
+
+def ab_default_method(args):
+    """Old (``OLD_LDL``) against new default method, interleaved: per round, each contender's SCARA batch
+    (``simulate_batch``, fixed step, wall and CPU seconds of the whole run) and its right-hand side alone
+    (CPU ns per scenario-evaluation under ``vmap``), the order alternating between rounds; medians over
+    rounds. Also G⁻ alone (``psd_ginv`` of the SCARA's 4 x 4 G; the 12 x 12 ``fori_loop`` path on the
+    five-bar's G) and the five-bar right-hand side."""
+    from ukjax import linalg
+    from ukjax.models import five_bar, scara
+
+    old = register_old_ldl(args.ab_ldl)
+    contenders = {"new": ("ldl", linalg.psd_ginv), "old": (OLD_LDL, old.psd_ginv)}
+    system = scara.system()
+    params = scara_model_params(np.float64)
+    base = scara.initial_state(scara.default_params())
+    steps = int(round(args.duration / args.dt))
+    batch = args.batch[0]
+    q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, args.seed, np.float64))
+    compiled, profile = {}, {}
+    fb, fb_p = five_bar.system(), five_bar.default_params()
+    phis = jnp.linspace(-3.0, 1.0, 256)
+    fb_q = jax.vmap(lambda phi: five_bar.initial_state(dict(fb_p, phi0=phi, omega0=phi))[0])(phis)
+    fb_qd = jax.vmap(lambda phi: five_bar.initial_state(dict(fb_p, phi0=phi, omega0=phi))[1])(phis)
+    A_of = jax.jacfwd(five_bar.revolute_constraints)
+
+    def gram(A, M):  # G = A M⁻¹Aᵀ without LAPACK (see linalg.cholesky)
+        return linalg.small_matmul(A, linalg.cho_solve(linalg.cholesky(M), A.T))
+
+    scara_gram = lambda q, qd: gram(
+        system.constraint_equations(q, qd, 0.3, params)[0], system.mass_matrix(q, 0.3, params)
+    )
+    fb_gram = lambda q, qd: gram(A_of(q, 0.0, fb_p), five_bar.mass_matrix(q, fb_p))
+    states = lambda part: (fb_q, fb_qd) if part.startswith("five_bar") else (q0, qd0)
+
+    for name, (method, ginv) in contenders.items():
+        start = time.perf_counter()
+        run = functools.partial(ukjax_batch, system, dt=args.dt, steps=steps, method=method)
+        compiled[name] = jax.jit(run).lower(q0, qd0, params).compile()
+        jax.block_until_ready(compiled[name](q0, qd0, params))
+        compile_s = time.perf_counter() - start
+        parts = {
+            "scara_rhs": lambda q, qd, m=method: system.acceleration(q, qd, 0.3, params, method=m),
+            "scara_psd_ginv_4x4": lambda q, qd, g=ginv: g(scara_gram(q, qd)),
+            "five_bar_rhs": lambda q, qd, m=method: fb.acceleration(q, qd, 0.0, fb_p, method=m),
+            "five_bar_psd_ginv_12x12": lambda q, qd, g=ginv: g(fb_gram(q, qd)),
+        }
+        profile[name] = {
+            part: _ns_per_eval(f, *states(part), args.reps, compile_only=True) for part, f in parts.items()
+        }
+        print(f"{name}: compiled the SCARA batch in {compile_s:.1f} s", flush=True)
+    rounds = []
+    names = list(contenders)
+    for r in range(args.rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        row = {"order": order}
+        for name in order:
+            start, cpu = time.perf_counter(), time.process_time()
+            jax.block_until_ready(compiled[name](q0, qd0, params))
+            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            entry = {"batch_wall_s": wall, "batch_cpu_s": cpu_s,
+                     "scenario_steps_per_s": batch * steps / wall,
+                     "cpu_us_per_scenario_step": cpu_s / (batch * steps) * 1e6}
+            for part, compiled_part in profile[name].items():
+                entry[f"{part}_cpu_ns"] = _best_cpu_ns(compiled_part, *states(part), args.reps)
+            row[name] = entry
+        rounds.append(row)
+        print(f"round {r}: " + " | ".join(
+            f"{n} {row[n]['scenario_steps_per_s']:.4g}/s rhs {row[n]['scara_rhs_cpu_ns']:.0f} ns "
+            f"G⁻ {row[n]['scara_psd_ginv_4x4_cpu_ns']:.0f} ns "
+            f"five-bar rhs {row[n]['five_bar_rhs_cpu_ns']:.0f} ns"
+            for n in names), flush=True)
+    keys = [k for k in rounds[0]["new"]]
+    medians = {n: {k: float(np.median([row[n][k] for row in rounds])) for k in keys} for n in names}
+    ratio = {k: medians["new"][k] / medians["old"][k] for k in keys}
+    return {"batch": batch, "steps": steps, "rounds": rounds, "median": medians, "new_over_old": ratio}
 
 
 def format_row(row) -> str:
@@ -457,8 +561,35 @@ def main(argv=None):
     parser.add_argument(
         "--out", default=None, help="JSON path (default benchmarks/results/throughput-<machine>.json)"
     )
+    parser.add_argument(
+        "--ab-ldl", default=None, metavar="OLD_LINALG_PY",
+        help="A/B the default method against psd_ginv of this copy of ukjax/linalg.py (interleaved rounds; "
+        "uses the first --batch, --rounds, --reps) instead of the contenders above",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="A/B rounds (default %(default)s)")
+    parser.add_argument("--reps", type=int, default=50, help="right-hand-side evaluations per timing")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    if args.ab_ldl:
+        results = ab_default_method(args)
+        env = environment()
+        out = Path(args.out or Path(__file__).parent / "results" / "default-method-ab-cpu.json")
+        payload = {
+            "description": "default method 'ldl' (psd_ginv, diagonal-pivoted LDLᵀ) against the unpivoted "
+            f"LDLᵀ of {args.ab_ldl}: SCARA batch of {results['batch']}, fixed-step Tsit5 {args.dt} s over "
+            f"{args.duration} s; right-hand sides and G⁻ alone in CPU ns per scenario-evaluation (vmap over "
+            f"{results['batch']} SCARA / 256 five-bar states); {args.rounds} interleaved rounds, medians",
+            "config": vars(args) | {"out": str(out)},
+            "source": source_state(),
+            "uptime_before": uptime_before,
+            "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+            **results,
+            "environment": env,
+        }
+        write_json(out, payload)
+        print(f"wrote {out}\n  before: {payload['uptime_before']}\n  after:  {payload['uptime_after']}")
+        return payload
     results = bench(args)
     if args.profile:
         from ukjax.models import scara

@@ -370,8 +370,9 @@ def test_psd_ginv_unrolled_and_loop_agree(monkeypatch):
 
 def test_psd_ginv_closed_forms_derivative_and_bad_input():
     """diag(0, 3, 3, 0, 1)⁻ = diag(0, ⅓, ⅓, 0, 1) and the zero matrix (1e-15: a few roundings); 11ᵀ (rank
-    1, no pivoting: the first pivot is kept) satisfies G G⁻ G = G. Derivative along a constant-rank curve
-    vs central differences (1e-7, h = 1e-4 in units where G ~ 1). NaN in G or a traced NaN rtol: all NaN."""
+    1: of equal diagonal entries the first is the pivot) satisfies G G⁻ G = G. Derivative along a
+    constant-rank curve vs central differences (1e-7, h = 1e-4 in units where G ~ 1). NaN in G or a traced
+    NaN rtol: all NaN."""
     d = jnp.array([0.0, 3.0, 3.0, 0.0, 1.0])
     assert_tree_allclose(psd_ginv(jnp.diag(d)), np.diag([0, 1 / 3, 1 / 3, 0, 1]), rtol=0, atol=1e-15)
     assert_tree_allclose(psd_ginv(jnp.zeros((3, 3))), np.zeros((3, 3)), rtol=0, atol=0)
@@ -387,6 +388,50 @@ def test_psd_ginv_closed_forms_derivative_and_bad_input():
     assert np.all(np.isnan(jax.jit(lambda r: psd_ginv(jnp.eye(3), r))(jnp.nan)))
     with pytest.raises(ValueError, match="rtol"):
         psd_ginv(jnp.eye(3), -1.0)
+
+
+def tiny_pivot_before_redundant_row(delta, m):
+    """G = B Bᵀ for B = [[1, 0], [1, δ], [0, 1]] (rank 2: row 3 = (row 2 - row 1)/δ), in the top-left corner
+    of diag(G, I) for m > 3. Without pivoting the second pivot is δ² (kept) and the third, 0 in exact
+    arithmetic, comes out as the round-off of G's second row (~eps) times multipliers ~1/δ²: ~eps/δ²."""
+    B = np.array([[1.0, 0.0], [1.0, delta], [0.0, 1.0]])
+    G = np.eye(m)
+    G[:3, :3] = B @ B.T
+    return G
+
+
+@pytest.mark.parametrize("m", [3, 12])  # unrolled and fori_loop paths
+def test_psd_ginv_pivoting_drops_the_redundant_direction(m):
+    """At δ = 1e-6 the unpivoted LDLᵀ kept a third pivot of 9e-5 (a round-off direction, far above the cut
+    m eps max G_ii), so G⁻ had entries ~1e16 and G G⁻ G missed G by 1.0 (the five-bar linkage near its flat
+    configuration, tests/test_default_method.py). Pivoted (largest remaining diagonal first), every multiplier
+    is ≤ 1: G G⁻ G = G, G⁻ G G⁻ = G⁻ and G G⁻ y = y for y ∈ range(G) to 1e-12 (cond of the kept part ~1
+    here, entries of G ≤ 2), and the rank of G G⁻ is NumPy's rank of G."""
+    G = tiny_pivot_before_redundant_row(1e-6, m)
+    X = np.asarray(psd_ginv(jnp.asarray(G)))
+    np.testing.assert_allclose(G @ X @ G, G, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X @ G @ X, X, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X, X.T, rtol=0, atol=1e-14)
+    assert np.abs(X).max() < 10
+    y = G @ np.linspace(-1.0, 2.0, m)  # in range(G): G G⁻ y = y, as for G⁺
+    np.testing.assert_allclose(G @ X @ y, y, rtol=0, atol=1e-12 * np.abs(y).max())
+    assert np.linalg.matrix_rank(G @ X) == np.linalg.matrix_rank(G)
+
+
+def test_psd_ginv_derivative_at_rank_deficient_loop_path():
+    """The fori_loop path (m = 12 > 8) at a rank-11 G = B Bᵀ, along B(t) = B + t dB (rank 11 for all t):
+    forward mode through jit against central differences (h = 1e-6 in units where G ~ 1: error ~1e-9), and
+    reverse mode of a scalar loss against the same directional derivative."""
+    B = random_matrix(jax.random.PRNGKey(21), 12, 11)
+    dB = random_matrix(jax.random.PRNGKey(22), 12, 11)
+    f = jax.jit(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
+    fd = central_difference(f, 0.0, 1.0)
+    jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
+    assert np.all(np.isfinite(jvp))
+    assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    W = random_matrix(jax.random.PRNGKey(23), 12, 12)
+    grad = jax.jit(jax.grad(lambda t: jnp.sum(W * f(t))))(0.0)
+    assert abs(float(grad) - float(jnp.sum(W * fd))) < 1e-7 * float(jnp.sum(jnp.abs(W * fd)))
 
 
 def test_psd_pinv_derivative_and_non_finite():

@@ -84,10 +84,12 @@ from ukjax.linalg import PINV_METHODS, check_rtol, cho_solve, cholesky, pinv, ps
 
 GRAM_METHODS = ("ldl", "cholesky")
 """The Cholesky forms of seed 004 eq. 35, by the generalized inverse they take of G = A M⁻¹Aᵀ: ``"ldl"``, a
-reflexive generalized inverse by LDLᵀ without pivoting (:func:`ukjax.linalg.psd_ginv`; exact for consistent
-constraints, the fast default of :class:`ukjax.System` and :func:`ukjax.simulate`), and ``"cholesky"``, the
-Moore-Penrose inverse by pivoted Cholesky (:func:`ukjax.linalg.psd_pinv`; least squares for inconsistent
-b)."""
+reflexive generalized inverse by LDLᵀ with diagonal pivoting (:func:`ukjax.linalg.psd_ginv`; exact for
+consistent constraints, the fast default of :class:`ukjax.System` and :func:`ukjax.simulate`), and
+``"cholesky"``, the Moore-Penrose inverse by pivoted Cholesky (:func:`ukjax.linalg.psd_pinv`; least squares
+for inconsistent b). Both pivot on the largest remaining diagonal entry, so both take the same rank decision
+and pass the flat configurations of the five-bar linkage (:mod:`ukjax.models.five_bar`), where G is singular
+for an instant next to its redundant direction."""
 
 ACCELERATION_METHODS = GRAM_METHODS + tuple(PINV_METHODS)
 """Values of ``method`` for :func:`uk_acceleration`: a Cholesky form (:data:`GRAM_METHODS`) or the reference

@@ -553,10 +553,10 @@ def materialize(x):
     chosen when the program is lowered, ``jax.lax.platform_dependent``) it is the plain identity: their
     fusion has not been measured with it.
 
-    :func:`cho_solve` materializes its solution and :func:`psd_ginv` its LDLᵀ factors; the SCARA model its
-    sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4, batch
-    1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320 ns
-    per evaluation. Use it in a model for a value that many entries share.
+    :func:`cho_solve` materializes its solution and :func:`psd_ginv` each sweep's pivot column; the SCARA
+    model its sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4,
+    batch 1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320
+    ns per evaluation. Use it in a model for a value that many entries share.
     """
     return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
 
@@ -712,74 +712,92 @@ def _psd_pinv_cholesky(G, rtol):
     return small_matmul(Yt.T, Yt)
 
 
-def _ldl_entries(g, cutoff):
-    """Unrolled LDLᵀ without pivoting of a PSD matrix (nested lists of scalars; Golub & Van Loan alg. 4.1.2).
+def _sweep_entries(g, cutoff):
+    """Symmetric sweeps (Goodnight 1979) of a PSD matrix with diagonal pivoting, unrolled on nested lists of
+    scalars (lower triangle); returns the lower triangle of -G⁻, G⁻ = Π [G_KK⁻¹ 0; 0 0] Πᵀ.
 
-    Returns the strictly lower part of the unit-lower-triangular L (``l[i][j]``, j < i) and the reciprocal
-    pivots D⁺ (``dinv[j]``, 0 for a pivot ≤ ``cutoff``, whose column of L is then e_j).
+    Step j takes as pivot p the largest diagonal entry d = a_pp among the indices not yet swept (the
+    diagonal of the Schur complement: complete pivoting for a semi-definite matrix, Higham 2002 §10.3) and
+    sweeps on it: a_pp ← -1/d, a_ip ← a_ip/d, a_ij ← a_ij - a_ip a_pj/d (i, j ≠ p). After sweeping the set
+    K of kept pivots, A holds -G_KK⁻¹ on K x K, G_KK⁻¹G_KU beside it and the Schur complement on the rest.
+    A pivot ≤ ``cutoff`` (and every later one: the largest remaining diagonal is then at round-off level)
+    is dropped instead: its row and column are set to 0 (1/d is replaced by 0), which leaves them 0 through
+    later sweeps. The pivot is a per-matrix index: it enters through compares and selects only, and the
+    column (a_ip)_i and 1/d of each step are materialized together in one kernel, so each entry of the next
+    step is computed from its own previous value and those m + 1 numbers (without it XLA:CPU recomputed the
+    whole chain of earlier steps in every kernel; see :func:`materialize`).
     """
     m = len(g)
-    W = [list(row) for row in g]
-    l = [[None] * m for _ in range(m)]
-    dinv = []
-    for j in range(m):
-        keep = W[j][j] > cutoff
-        inv = _safe_div(1, W[j][j], keep)
-        dinv.append(inv)
-        for i in range(j + 1, m):
-            l[i][j] = W[i][j] * inv
-        for i in range(j + 1, m):
-            for k in range(j + 1, i + 1):
-                W[i][k] = W[i][k] - l[i][j] * W[k][j]
-    return l, dinv
+    A = [[g[i][k] for k in range(i + 1)] for i in range(m)]
+    zero = jnp.zeros_like(g[0][0])
+    free, alive = [jnp.ones_like(zero, dtype=bool)] * m, jnp.ones_like(zero, dtype=bool)
+    for _ in range(m):
+        d_pp, p = jnp.where(free[0], A[0][0], -jnp.inf), zero
+        for i in range(1, m):
+            d = jnp.where(free[i], A[i][i], -jnp.inf)
+            p, d_pp = jnp.where(d > d_pp, float(i), p), jnp.maximum(d, d_pp)
+        alive = alive & (d_pp > cutoff)
+        pick = [p == i for i in range(m)]
+        col = [_select(pick, [A[max(i, k)][min(i, k)] for k in range(m)]) for i in range(m)]
+        pivot = materialize(jnp.stack([*col, _safe_div(1, d_pp, alive), p]))
+        col, inv, p = [pivot[i] for i in range(m)], pivot[m], pivot[m + 1]
+        pick = [p == i for i in range(m)]
+        v = [c * inv for c in col]
+        A = [[jnp.where(pick[i], -inv, A[i][i] - col[i] * v[i]) if k == i else
+              jnp.where(pick[i], v[k], jnp.where(pick[k], v[i], A[i][k] - col[i] * v[k]))
+              for k in range(i + 1)] for i in range(m)]
+        free = [f & ~s for f, s in zip(free, pick, strict=True)]
+    return A
 
 
-def _ldl_solve_entries(l, dinv, rows):
-    """x = L⁻ᵀ D⁺ L⁻¹ r for the factors of :func:`_ldl_entries`; each row of r is a scalar or a vector."""
-    m = len(dinv)
-    y = []
-    for i in range(m):
-        y.append(rows[i] - _dot(l[i][:i], y, rows[i]))
-    x = [None] * m
-    for i in reversed(range(m)):
-        x[i] = dinv[i] * y[i] - _dot([l[k][i] for k in range(i + 1, m)], x[i + 1:], y[i])
-    return x
+def _select(pick, values):
+    """The value whose flag in ``pick`` is set (exactly one is), as a chain of selects."""
+    out = values[0]
+    for flag, value in zip(pick[1:], values[1:], strict=True):
+        out = jnp.where(flag, value, out)
+    return out
 
 
-def _ldl_loop(G, cutoff):
-    """:func:`_ldl_entries` as a ``fori_loop`` over columns (right-looking), for m above the unroll limit:
-    (L⁻¹, D⁺). The row operations that reduce G to D Lᵀ are applied to the identity alongside, so L⁻¹ comes
-    out of the same loop (Gauss-Jordan style) instead of a second, triangular-solve loop."""
+def _sweep_loop(G, cutoff):
+    """:func:`_sweep_entries` as a ``fori_loop`` over pivot steps on the full matrix, for m above the unroll
+    limit; returns -G⁻. The pivot search is unrolled compares over the diagonal and the pivot's column a
+    sum of selects over static slices (no ``argmax``, no gather), as in :func:`psd_pinv`."""
     m = G.shape[0]
-    rows = jnp.arange(m)
+    idx = jnp.arange(m)
 
     def body(j, carry):
-        W, L_inv, dinv = carry
-        w = W[j, j]
-        keep = w > cutoff
-        inv = _safe_div(1, w, keep)
-        col = jnp.where(rows > j, W[:, j], 0) * inv  # l_ij, i > j
-        # row_i -= l_ij row_j for i > j, on the Schur complement and on the accumulated L⁻¹
-        return W - jnp.outer(col, W[j]), L_inv - jnp.outer(col, L_inv[j]), dinv.at[j].set(inv)
+        A, free, alive = carry
+        d_pp, p = jnp.where(free[0], A[0, 0], -jnp.inf), jnp.zeros((), idx.dtype)
+        for i in range(1, m):
+            d = jnp.where(free[i], A[i, i], -jnp.inf)
+            p, d_pp = jnp.where(d > d_pp, i, p), jnp.maximum(d, d_pp)
+        alive = alive & (d_pp > cutoff)
+        inv = _safe_div(1, d_pp, alive)
+        pick = idx == p
+        col = functools.reduce(jnp.add, (jnp.where(p == k, A[:, k], 0) for k in range(m)))
+        v = col * inv
+        A = jnp.where(pick[:, None], v[None, :], jnp.where(pick[None, :], v[:, None], A - jnp.outer(col, v)))
+        A = jnp.where(pick[:, None] & pick[None, :], -inv, A)
+        return A, free & ~pick, alive
 
-    _, L_inv, dinv = _loop(m, body, (G, jnp.eye(m, dtype=G.dtype), jnp.zeros(m, G.dtype)))
-    return L_inv, dinv
+    return _loop(m, body, (G, jnp.ones(m, bool), jnp.array(True)))[0]
 
 
 def _psd_ginv_ldl(G, rtol):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if m <= _UNROLL_MAX:
-        l, dinv = _materialized(_ldl_entries(_entries(G), cutoff))
-        eye = jnp.eye(m, dtype=G.dtype)
-        return jnp.stack(_ldl_solve_entries(l, dinv, [eye[i] for i in range(m)]))
-    L_inv, dinv = _ldl_loop(G, cutoff)
-    return (L_inv.T * dinv) @ L_inv
+        A = _sweep_entries(_entries(G), cutoff)
+        return -_stack([[A[max(i, k)][min(i, k)] for k in range(m)] for i in range(m)])
+    return -_sweep_loop(G, cutoff)
 
 
 def psd_ginv(G, rtol=None):
-    """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix, by
-    LDLᵀ without pivoting: G = L D Lᵀ, G⁻ = L⁻ᵀ D⁺ L⁻¹ (a pivot ≤ ``rtol * max_i G_ii`` counts as zero).
+    """A symmetric reflexive generalized inverse G⁻ of a symmetric positive semi-definite m x m matrix by
+    diagonally pivoted LDLᵀ in its sweep form: Πᵀ G Π = L D Lᵀ with the pivots in decreasing order, the
+    pivots ≤ ``rtol * max_i G_ii`` (and all after them) dropped, and
+    G⁻ = Π L⁻ᵀ D⁺ L⁻¹ Πᵀ = Π [G_KK⁻¹ 0; 0 0] Πᵀ, the inverse of the principal submatrix on the kept pivots
+    K, computed by symmetric sweeps (Goodnight 1979) without forming L.
 
     G G⁻ G = G and G⁻ G G⁻ = G⁻ (Penrose conditions 1 and 2), but G G⁻ is an oblique projector, so G⁻ is the
     Moore-Penrose inverse only when G is nonsingular. That is all the UK equation needs for consistent
@@ -789,11 +807,22 @@ def psd_ginv(G, rtol=None):
     inconsistent b it is not the least-squares acceleration: A q̈ - b is then the residual of an oblique
     projection (use :func:`psd_pinv`).
 
-    Cost: for m ≤ 8 the factorization and the inverse are unrolled scalar code with no loop and no pivot
-    search, which fuses across a ``vmap`` batch; above, one ``fori_loop`` over columns with no pivot search
-    (against :func:`psd_pinv`'s pivot search and second factorization). Default ``rtol``: m eps, as
-    :func:`psd_pinv`. Derivatives by autodiff through the factorization, exact where the set of dropped
-    pivots is locally constant. Non-finite G gives an all-NaN result.
+    Pivoting (the largest remaining diagonal entry, Higham 2002 §10.3) is what makes the rank decision
+    reliable: it keeps every multiplier |l_ij| ≤ 1, so the round-off left in the Schur complement of a
+    dropped direction stays of order m eps ‖G‖, below the cut. Without it a tiny but kept pivot (a direction
+    about to become singular, e.g. a linkage approaching a flat configuration, next to a redundant one)
+    makes multipliers of order 1/pivot, and the redundant direction's pivot, exactly 0 in exact arithmetic,
+    comes out as round-off times those multipliers squared, far above the cut: the five-bar linkage of
+    :mod:`ukjax.models.five_bar` at 1e-6 rad from its flat configuration gave a pivot of 1e-4 instead of
+    ~1e-16 and a G⁻ with entries 4e16 (‖G G⁻ G - G‖ = 6.5 for ‖G‖ = 8), and its simulation stopped there.
+
+    Cost: for m ≤ 8 the sweeps are unrolled scalar code (the pivot enters through compares and selects, the
+    rows are never permuted), which fuses across a ``vmap`` batch; above, one ``fori_loop`` over pivot steps;
+    against :func:`psd_pinv`, no second factorization. The pivot search costs time the unpivoted LDLᵀ (the
+    default before) did not spend: ``benchmarks/results/default-method-ab-cpu.json`` has the measurement.
+    Default ``rtol``: m eps, as :func:`psd_pinv`. Derivatives by autodiff through the
+    factorization, exact where the pivot order and the set of dropped pivots are locally constant (also at
+    a rank-deficient G, along perturbations that keep its rank). Non-finite G gives an all-NaN result.
     """
     G = _check_matrix(G, "psd_ginv", square=True)
     check_rtol(rtol, "psd_ginv")
