@@ -99,15 +99,15 @@ def test_trajectory_options(single, batch):
 
 
 def test_constraint_violation(single, batch):
-    ax = plot.constraint_violation(single, integrator="Tsit5, fixed step 10 ms", tolerance=1e-6)
-    position, velocity, tolerance = ax.get_lines()
+    ax = plot.constraint_violation(single, integrator="Tsit5, fixed step 10 ms")
+    position, velocity, threshold = ax.get_lines()
     assert_line(position, single.ts, np.maximum(single.position_violation, plot.VIOLATION_FLOOR))
     assert_line(velocity, single.ts, np.maximum(single.velocity_violation, plot.VIOLATION_FLOOR))
-    np.testing.assert_array_equal(tolerance.get_ydata(), [1e-6, 1e-6])
+    np.testing.assert_array_equal(threshold.get_ydata(), [1.0, 1.0])  # violations are in units of tolerance
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "t (s)"
     assert "Tsit5, fixed step 10 ms" in ax.get_title()
     assert float(np.max(single.position_violation)) > 0  # the data drawn are not the floor alone
-    ax = plot.constraint_violation(batch, scenario=2)
+    ax = plot.constraint_violation(batch, scenario=2, threshold=False)
     assert len(ax.get_lines()) == 2
     assert_line(ax.get_lines()[0], batch.ts[2], np.maximum(batch.position_violation[2], plot.VIOLATION_FLOOR))
 
@@ -202,7 +202,6 @@ def test_loss_history(tmp_path):
         (lambda b, s: plot.trajectory(s, which="q_dot"), "which must be one of"),
         (lambda b, s: plot.trajectory(s, coordinates=[2]), "coordinates must be indices in \\[0, 2\\)"),
         (lambda b, s: plot.constraint_force(s, part="passive"), "part must be one of"),
-        (lambda b, s: plot.constraint_violation(s, tolerance=-1.0), "tolerance must be a positive"),
         (lambda b, s: plot.loss_history([]), "history is empty"),
         (lambda b, s: plot.loss_history([{"loss": 1.0}]), "lack \\['step'\\]"),
         (lambda b, s: plot.loss_history({"steps": []}), "'history' list"),

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import jax
@@ -53,6 +54,7 @@ solver = "Heun"
 max_steps = 60
 num_saves = 11
 constraint_rtol = 1.0   # coarse Heun steps (20-50 ms) leave |φ| far above 1e-6: this test is about m <= 0
+constraint_atol = 1e-3
 
 [vary]
 "params.mass" = { dist = "uniform", low = -0.2, high = 2.0 }   # m <= 0 fails (M not positive definite)
@@ -236,6 +238,7 @@ BAD = [
     ({"vary": {"q0[5]": {"dist": "normal", "std": 1.0}}}, "vary.q0[5]", "out of range"),
     ({"vary": {"params.g": {"dist": "gamma"}}}, "vary.params.g.dist", "unknown distribution 'gamma'"),
     ({"integrator": {"t1": 1.0, "method": "lu"}}, "integrator.method", "unknown method 'lu'"),
+    ({"integrator": {"t1": 1.0, "constraint_atol": -1e-6}}, "integrator.constraint_atol", "must be positive"),
     (
         {"vary": {"integrator.dt": {"dist": "normal", "std": 0.1}}},
         "vary.integrator.dt",
@@ -322,6 +325,7 @@ def test_rows_match_an_independent_simulation(reference):
             solver=__import__("diffrax").Heun(),
             max_steps=60,
             constraint_rtol=1.0,
+            constraint_atol=1e-3,
         )
         assert int(sol.status) == row["status"]
         if row["status"] == 0:
@@ -410,6 +414,28 @@ def test_scara_same_table_on_4_devices(background, tmp_path):
         elif np.issubdtype(x.dtype, np.floating):
             assert np.all(np.isfinite(x)), name
             np.testing.assert_allclose(y, x, rtol=0, atol=1e-10 * max(np.abs(x).max(), 1.0), err_msg=name)
+
+
+@pytest.mark.parametrize("atol", [None, 2.5e-4])
+def test_status_tolerances_reach_the_simulation(atol, monkeypatch):
+    """The spec's constraint_atol and constraint_rtol are the ones simulate_batch is called with."""
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop before simulating")
+
+    monkeypatch.setattr(_run, "simulate_batch", spy)
+    integrator = {**SPEC["integrator"], "constraint_rtol": 0.0, "constraint_atol": atol}
+    if atol is None:
+        del integrator["constraint_atol"]
+    spec = _run.load_spec({**SPEC, "integrator": integrator})
+    static, numbers = _run.integrator_options(spec, _run.Plan.from_spec(spec, 64), 0)
+    with pytest.raises(RuntimeError, match="stop before simulating"):
+        model = types.SimpleNamespace(system=None)
+        _run._simulate(model, static, _run._numbers(numbers, jnp.float64), 0, 0, 0)
+    assert float(seen["constraint_rtol"]) == 0.0
+    assert (seen["constraint_atol"] is None) if atol is None else float(seen["constraint_atol"]) == atol
 
 
 def test_lapack_calls_are_found_in_the_lowered_program():

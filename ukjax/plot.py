@@ -196,29 +196,30 @@ def constraint_violation(
     sol: Solution,
     *,
     integrator: str | None = None,
-    tolerance: float | None = None,
+    threshold: bool = True,
     scenario: int | None = None,
     title: str | None = None,
     ax=None,
 ):
-    """The scaled position and velocity violation of the constraints against time, on a logarithmic axis.
+    """The position and velocity violation of the constraints against time, in units of their tolerance.
 
-    Draws ``sol.position_violation`` (max_i |φ_i| / (‖∂φ_i/∂q‖ (1 + ‖q‖∞))) and ``sol.velocity_violation``
-    (the same for φ̇ and ψ), the residuals the status is judged by (:class:`ukjax.Solution`). Both are
-    relative distances from the constraint surface, so the axis is dimensionless; values below
+    Draws ``sol.position_violation`` (max over rows of |φ_i| divided by that row's own tolerance,
+    constraint_atol + constraint_rtol × the motion of the coordinates the row touches) and
+    ``sol.velocity_violation`` (the same for φ̇ and ψ): the numbers the status is judged by
+    (:class:`ukjax.Solution`). A value above 1 is a violated constraint; values below
     :data:`VIOLATION_FLOOR` (an exact zero) are drawn at it.
 
     Args:
         sol: a :class:`ukjax.Solution` of one scenario, or of a batch with ``scenario`` given.
         integrator: what produced the trajectory (e.g. ``"Tsit5, fixed step 5 ms"``); stated in the title.
-        tolerance: draw this level as a dashed line (e.g. the ``constraint_rtol`` the status used).
+        threshold: draw the status threshold (1, the tolerance) as a dotted line.
         scenario: which scenario of a batch solution to draw.
         title: the axes title; default "Constraint violation", the integrator and a status other than
             success.
         ax: matplotlib Axes to draw on; default a new figure.
 
     Returns:
-        The matplotlib Axes, with two lines (position, velocity) and a third for ``tolerance``.
+        The matplotlib Axes, with two lines (position, velocity) and a third for the threshold.
     """
     sol = _single(sol, scenario)
     ax = _axes(ax)
@@ -227,12 +228,10 @@ def constraint_violation(
     ax.semilogy(
         ts, np.maximum(np.asarray(sol.velocity_violation), VIOLATION_FLOOR), "--", label="velocity (φ̇, ψ)"
     )
-    if tolerance is not None:
-        if not np.isfinite(tolerance) or tolerance <= 0:
-            raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
-        ax.axhline(tolerance, color="k", linestyle=":", linewidth=1, label=f"tolerance {tolerance:g}")
+    if threshold:
+        ax.axhline(1.0, color="k", linestyle=":", linewidth=1, label="tolerance (status threshold)")
     ax.set_xlabel("t (s)")
-    ax.set_ylabel("scaled constraint violation (1)")
+    ax.set_ylabel("constraint violation / tolerance")
     if title is None:
         title = "Constraint violation" + (f", {integrator}" if integrator else "") + _status_note(sol)
     ax.set_title(title)

@@ -152,6 +152,7 @@ def _simulate(model, static, numbers, q0, qd0, params) -> tuple[Solution, jax.Ar
         pinv_rtol=numbers.get("pinv_rtol"),
         consistency_rtol=numbers["consistency_rtol"],
         constraint_rtol=numbers["constraint_rtol"],
+        constraint_atol=numbers.get("constraint_atol"),
         solver=solver_class(static["solver"])(),
         max_steps=static["max_steps"],
         method=static["method"],

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.simulation import COMPLETED
-from ukjax.sweep._spec import STATIC_INTEGRATOR, Spec, grid_axes
+from ukjax.sweep._spec import NUMBER_INTEGRATOR, STATIC_INTEGRATOR, Spec, grid_axes
 
 METRIC_DESCRIPTIONS = {
     "status": "ukjax.RESULTS code (0 = success); status_name is its name",
@@ -111,7 +111,7 @@ def integrator_options(spec: Spec, plan: Plan, s: int) -> tuple[dict, dict]:
     static = {k: options[k] for k in STATIC_INTEGRATOR}
     numbers = {
         k: options[k]
-        for k in ("t0", "t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol", "constraint_rtol")
+        for k in ("t0",) + NUMBER_INTEGRATOR
     }
     static["num_saves"] = options["num_saves"]
     return static, numbers

@@ -36,7 +36,9 @@ grid cell, the same draws in every cell (common random numbers: cells differ by 
 axes over parameters or the initial state vary inside one compiled program. Grid axes over integrator options
 split the sweep into sub-sweeps run one after the other: ``method``, ``solver``, ``uk_solver`` and
 ``max_steps`` change the compiled program (one compile per combination); ``dt``, ``rtol``, ``atol``,
-``pinv_rtol``, ``t1``, ``consistency_rtol`` and ``constraint_rtol`` do not.
+``pinv_rtol``, ``t1``, ``consistency_rtol``, ``constraint_rtol`` and ``constraint_atol`` do not.
+``constraint_atol`` is one number here (every coordinate's absolute tolerance of the status, as in
+``simulate``); the default is ``simulate``'s.
 
 Every check that can be made from the spec and the model (unknown leaf or field, negative std, N <= 0, unknown
 model, index out of range) raises ``ValueError`` naming the field, before anything is compiled.
@@ -72,7 +74,16 @@ DISTRIBUTIONS = {
 
 STATIC_INTEGRATOR = ("method", "solver", "uk_solver", "max_steps")
 """Integrator options that change the compiled program (a grid over them: one compile per value)."""
-NUMBER_INTEGRATOR = ("t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol", "constraint_rtol")
+NUMBER_INTEGRATOR = (
+    "t1",
+    "dt",
+    "rtol",
+    "atol",
+    "pinv_rtol",
+    "consistency_rtol",
+    "constraint_rtol",
+    "constraint_atol",
+)
 """Integrator options that are traced numbers (a grid over them reuses the compiled program)."""
 INTEGRATOR_DEFAULTS = {
     "t0": 0.0,
@@ -85,6 +96,7 @@ INTEGRATOR_DEFAULTS = {
     "pinv_rtol": None,
     "consistency_rtol": DEFAULT_CONSISTENCY_RTOL,
     "constraint_rtol": DEFAULT_CONSTRAINT_RTOL,
+    "constraint_atol": None,
     "solver": "Tsit5",
     "num_saves": 101,
 }
@@ -259,8 +271,10 @@ def _integrator_value(option: str, value, field: str):
         return value
     if option == "t0":
         return _number(value, field)
-    if option in ("pinv_rtol", "dt") and value is None:
+    if option in ("pinv_rtol", "dt", "constraint_atol") and value is None:
         return None
+    if option == "constraint_rtol":
+        return _number(value, field, nonnegative=True)
     return _number(value, field, positive=True)
 
 
