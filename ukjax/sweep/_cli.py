@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 DESCRIPTION = "run a Monte-Carlo sweep from a TOML spec (resumable, every device, many hosts) and report it"
 
@@ -69,17 +68,10 @@ def initialize(args) -> None:
 
 
 def main(args) -> int:
-    """Run the sweep (or only the report) the parsed ``args`` ask for; bad input, a folder that does not prove
-    its results, and a file that cannot be written (``OSError``: read-only folder, disk full) exit 2 with one
-    line naming the file."""
-    try:
-        return _main(args)
-    except (ValueError, OSError) as error:
-        print(f"ukjax sweep: {error}", file=sys.stderr)
-        return 2
-
-
-def _main(args) -> int:
+    """Run the sweep (or only the report) the parsed ``args`` ask for. Bad input, a folder that does not
+    prove its results (``ValueError``) and a file that cannot be read or written (``OSError``: read-only
+    folder, disk full) propagate to :func:`ukjax.cli.main`, the one error path of the command line: one line
+    naming the file, exit 2."""
     import jax
 
     from ukjax import sweep
@@ -88,8 +80,7 @@ def _main(args) -> int:
         sweep.report(args.report)
         return 0
     if args.spec is None:
-        print("ukjax sweep: give a spec file (or --report DIR); see `ukjax sweep --help`", file=sys.stderr)
-        return 2
+        raise ValueError("give a spec file (or --report DIR); see `ukjax sweep --help`")
     spec = sweep.load_spec(args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed)
     summary = sweep.run(
         spec,
