@@ -474,6 +474,8 @@ def worker_tests(dtype: str, size: dict, budget: float, scratch: Path, smoke: bo
         sys.executable,
         "-m",
         "pytest",
+        "-o",
+        "addopts=",  # the project's addopts ask for pytest-xdist, which a GPU machine may lack
         "-m",
         "not slow",
         "-q",
