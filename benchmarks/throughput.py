@@ -110,9 +110,24 @@ def scara_terms(xp, q, qd, t, p):
     return M, Q, A, b, phi
 
 
-def uk_sqrt_form(xp, linalg, q, qd, t, p):
-    """q̈ = a + M^{-1/2}(A M^{-1/2})⁺(b - A a), a = M⁻¹Q (seed 001 eq. 50-51), by eigh and an SVD pinv."""
-    M, Q, A, b, _ = scara_terms(xp, q, qd, t, p)
+def user_terms(xp, q, qd, t, p):
+    """M, Q, A, b of the user-written SCARA (``benchmarks/user_scara.py``: plain functions, as a user writes
+    them), called one by one as a plain program calls them; φ is not computed (None)."""
+    import user_scara
+
+    return (
+        user_scara.mass_matrix(q, t, p),
+        user_scara.forces(q, qd, t, p),
+        user_scara.constraint_matrix(q, qd, t, p),
+        user_scara.constraint_rhs(q, qd, t, p),
+        None,
+    )
+
+
+def uk_sqrt_form(xp, linalg, q, qd, t, p, terms=scara_terms):
+    """q̈ = a + M^{-1/2}(A M^{-1/2})⁺(b - A a), a = M⁻¹Q (seed 001 eq. 50-51), by eigh and an SVD pinv;
+    ``terms`` gives (M, Q, A, b, φ): the closed form of this file, or :func:`user_terms`."""
+    M, Q, A, b, _ = terms(xp, q, qd, t, p)
     w, V = linalg.eigh(M)
     M_inv_sqrt = (V / xp.sqrt(w)) @ V.T
     a = linalg.solve(M, Q)
@@ -136,6 +151,23 @@ def erk_step(f, t, q, qd, k0, dt):
     return q, qd, ks[-1][1]
 
 
+# The classical 4th-order Runge-Kutta tableau (Kutta 1901), written out here so that the naive program
+# does not borrow ukjax's (ukjax.RK4 is the same method): c, a (rows), b.
+RK4_C, RK4_A, RK4_B = (0.5, 0.5, 1.0), ((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+
+
+def rk4_step(f, t, q, qd, dt):
+    """One classical RK4 step for q̇ = v, v̇ = f(t, q, v): four evaluations of f (no FSAL)."""
+    ks = [(qd, f(t, q, qd))]
+    for c, row in zip(RK4_C, RK4_A, strict=True):
+        yq = q + dt * sum(a * kq for a, (kq, _) in zip(row, ks, strict=False) if a)
+        yv = qd + dt * sum(a * kv for a, (_, kv) in zip(row, ks, strict=False) if a)
+        ks.append((yv, f(t + c * dt, yq, yv)))
+    q = q + dt * sum(b * kq for b, (kq, _) in zip(RK4_B, ks, strict=True))
+    qd = qd + dt * sum(b * kv for b, (_, kv) in zip(RK4_B, ks, strict=True))
+    return q, qd
+
+
 # ------------------------------------------------------------------------------------------------- contenders
 def run_numpy(q0, qd0, steps, dt, params):
     """(a): one scenario at a time, a Python loop of Tsit5 steps; the final (q, qd) of every scenario."""
@@ -150,11 +182,20 @@ def run_numpy(q0, qd0, steps, dt, params):
     return np.stack(out_q), np.stack(out_qd)
 
 
-def naive_jax(q0, qd0, params, dt, *, steps):
-    """(b): vmap of a lax.scan Tsit5 loop over the closed-form right-hand side with ``jnp.linalg.pinv``."""
-    f = lambda t, q, qd: uk_sqrt_form(jnp, jnp.linalg, q, qd, t, params)
+def naive_jax(q0, qd0, params, dt, *, steps, solver="Tsit5", terms=scara_terms):
+    """(b): vmap of a lax.scan loop (Tsit5, or ``solver="RK4"``) over the closed-form right-hand side with
+    ``jnp.linalg.eigh`` and ``jnp.linalg.pinv``; ``terms=user_terms`` runs the user-written model instead."""
+    f = lambda t, q, qd: uk_sqrt_form(jnp, jnp.linalg, q, qd, t, params, terms)
 
     def one(q, qd):
+        if solver == "RK4":
+
+            def body(carry, step):
+                return rk4_step(f, step * dt, *carry, dt), None
+
+            (q, qd), _ = jax.lax.scan(body, (q, qd), jnp.arange(steps, dtype=q.dtype))
+            return q, qd
+
         def body(carry, step):
             q, qd, k = carry
             return erk_step(f, step * dt, q, qd, k, dt), None
@@ -166,12 +207,14 @@ def naive_jax(q0, qd0, params, dt, *, steps):
     return jax.vmap(one)(q0, qd0)
 
 
-def ukjax_batch(system, q0, qd0, params, dt, *, steps, chunk_size="auto", method="ldl"):
-    """(c): ``ukjax.simulate_batch``, fixed-step Tsit5 (its default solver), default UK method, saving the
-    final state only; ``chunk_size`` as in ``simulate_batch`` (default: 256-scenario chunks on CPU)."""
+def ukjax_batch(system, q0, qd0, params, dt, *, steps, chunk_size="auto", method="ldl", solver=None):
+    """(c): ``ukjax.simulate_batch``, fixed-step Tsit5 (its default solver; ``solver="RK4"``:
+    ``ukjax.RK4()``), default UK method, saving the final state only; ``chunk_size`` as in
+    ``simulate_batch`` (default: 256-scenario chunks on CPU)."""
     t1 = float(steps * dt)
+    options = {} if solver in (None, "Tsit5") else {"solver": ukjax.RK4() if solver == "RK4" else solver}
     sol = ukjax.simulate_batch(
-        system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, chunk_size=chunk_size, method=method
+        system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, chunk_size=chunk_size, method=method, **options
     )
     return sol.q[:, -1], sol.qd[:, -1]
 
@@ -498,6 +541,132 @@ def ab_default_method(args):
     return {"batch": batch, "steps": steps, "rounds": rounds, "median": medians, "new_over_old": ratio}
 
 
+USER_CONTENDERS = ("ukjax_scara", "naive_jax_scara", "ukjax_user_scara", "naive_jax_user_scara")
+
+
+def user_contenders(dt, steps, solver):
+    """The four programs of :func:`bench_user` as (function of (q0, qd0), its parameters): ukjax and a naive
+    JAX program, each on the shipped model (``ukjax.models.scara``; the naive program on the closed form of
+    this file) and on the user-written one (``benchmarks/user_scara.py``; the naive program calls the same
+    plain functions, and its own eigh/pinv and Runge-Kutta loop)."""
+    import user_scara
+
+    from ukjax.models import scara
+
+    paper = {k: jnp.asarray(v) for k, v in PAPER.items()}
+    run = functools.partial(ukjax_batch, dt=dt, steps=steps, solver=solver)
+    naive = functools.partial(naive_jax, dt=dt, steps=steps, solver=solver)
+    return {
+        "ukjax_scara": (functools.partial(run, scara.system()), scara_model_params(np.float64)),
+        "naive_jax_scara": (naive, paper),
+        "ukjax_user_scara": (functools.partial(run, user_scara.system()), user_scara.params()),
+        "naive_jax_user_scara": (functools.partial(naive, terms=user_terms), user_scara.params()),
+    }
+
+
+def rhs_costs(batch, seed):
+    """XLA's cost analysis of one right-hand side per model and engine (``vmap`` over ``batch`` states with
+    per-scenario parameters and time, as inside ``simulate_batch``): flops, bytes accessed and
+    transcendental calls per scenario-evaluation."""
+    import user_scara
+
+    from ukjax.models import scara
+
+    base = scara.initial_state(scara.default_params())
+    q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, seed, np.float64))
+    t = jnp.full((batch,), 0.3)
+    batched = lambda p: jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(jnp.asarray(x), (batch, *jnp.shape(x))), p
+    )
+    paper = {k: jnp.asarray(v) for k, v in PAPER.items()}
+    cases = {
+        "ukjax_scara": (lambda q, qd, t, p: scara.system().acceleration(q, qd, t, p), scara.default_params()),
+        "ukjax_user_scara": (
+            lambda q, qd, t, p: user_scara.system().acceleration(q, qd, t, p), user_scara.params()
+        ),
+        "naive_jax_scara": (lambda q, qd, t, p: uk_sqrt_form(jnp, jnp.linalg, q, qd, t, p), paper),
+        "naive_jax_user_scara": (
+            lambda q, qd, t, p: uk_sqrt_form(jnp, jnp.linalg, q, qd, t, p, user_terms), user_scara.params()
+        ),
+    }
+    out = {}
+    for name, (f, p) in cases.items():
+        compiled = jax.jit(jax.vmap(f)).lower(q0, qd0, t, batched(p)).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        text = compiled.as_text()
+        out[name] = {
+            "flops": cost.get("flops", 0.0) / batch,
+            "bytes_accessed": cost.get("bytes accessed", 0.0) / batch,
+            "transcendentals": cost.get("transcendentals", 0.0) / batch,
+            "kernels": sum(1 for line in text.splitlines() if " fusion(" in line or "custom-call(" in line),
+            "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', text))),
+        }
+    return out
+
+
+def bench_user(args):
+    """Shipped and user-written SCARA, ukjax and naive JAX, RK4 and Tsit5, per batch size: all contenders
+    compiled first, then ``--rounds`` rounds, each running every contender once (order alternating between
+    rounds); medians of wall and CPU seconds."""
+    from ukjax.models import scara
+
+    base = scara.initial_state(scara.default_params())
+    steps = int(round(args.duration / args.dt))
+    p64 = {k: np.float64(v) for k, v in PAPER.items()}
+    rows = []
+    for batch in args.batch:
+        q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, args.seed, np.float64))
+        compiled, compile_s, finals = {}, {}, {}
+        for solver in args.solvers:
+            for name, (fn, params) in user_contenders(args.dt, steps, solver).items():
+                start = time.perf_counter()
+                program = jax.jit(fn).lower(q0, qd0, params).compile()
+                finals[(solver, name)] = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
+                compile_s[(solver, name)] = time.perf_counter() - start
+                compiled[(solver, name)] = (program, params)
+        times = {key: [] for key in compiled}
+        keys = list(compiled)
+        for r in range(args.rounds):
+            for key in keys if r % 2 == 0 else keys[::-1]:
+                program, params = compiled[key]
+                start, cpu = time.perf_counter(), time.process_time()
+                jax.block_until_ready(program(q0, qd0, params))
+                times[key].append((time.perf_counter() - start, time.process_time() - cpu))
+        for solver in args.solvers:
+            row = {"batch": batch, "solver": solver, "steps": steps}
+            for name in USER_CONTENDERS:
+                wall = float(np.median([w for w, _ in times[(solver, name)]]))
+                cpu_s = float(np.median([c for _, c in times[(solver, name)]]))
+                q = finals[(solver, name)]
+                row[name] = {
+                    "compile_s": compile_s[(solver, name)], "run_s": wall, "cpu_s": cpu_s,
+                    "run_s_rounds": [w for w, _ in times[(solver, name)]],
+                    "scenario_steps_per_s": batch * steps / wall,
+                    "cpu_ns_per_scenario_step": cpu_s / (batch * steps) * 1e9,
+                    "max_violation": max_violation(q, steps, args.dt, p64),
+                    "max_state_difference_vs_ukjax_scara": float(
+                        np.max(np.abs(q - finals[(solver, "ukjax_scara")]))
+                    ),
+                }  # fmt: skip
+            for model in ("scara", "user_scara"):
+                ukjax_rate = row[f"ukjax_{model}"]["scenario_steps_per_s"]
+                naive_rate = row[f"naive_jax_{model}"]["scenario_steps_per_s"]
+                row[f"ukjax_over_naive_{model}"] = ukjax_rate / naive_rate
+                row[f"ukjax_over_naive_{model}_cpu"] = (
+                    row[f"naive_jax_{model}"]["cpu_s"] / row[f"ukjax_{model}"]["cpu_s"]
+                )
+            rows.append(row)
+            print(
+                f"batch {batch:>5} {solver:<5} "
+                + " | ".join(f"{n} {row[n]['scenario_steps_per_s']:>9.4g}/s" for n in USER_CONTENDERS)
+                + f" | ukjax/naive shipped {row['ukjax_over_naive_scara']:.1f}x"
+                f" user {row['ukjax_over_naive_user_scara']:.1f}x",
+                flush=True,
+            )
+    return {"steps": steps, "rows": rows, "rhs_cost_per_scenario_eval": rhs_costs(args.batch[-1], args.seed)}
+
+
 def format_row(row) -> str:
     parts = [f"batch {row['batch']:>5} {row['dtype']:<7}"]
     for name in ("numpy", "naive_jax", "ukjax", "ukjax_one_vmap"):
@@ -540,6 +709,26 @@ def machine_tag(env) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", f"{backend}-{kind}").strip("-").lower()
 
 
+def _write_interleaved(args, results, description, default_name, uptime_before):
+    """Write the results of an interleaved comparison with the machine, the source and ``uptime`` before
+    and after to ``--out`` (default ``benchmarks/results/<default_name>``, ``{machine}`` filled in)."""
+    env = environment()
+    name = default_name.format(machine=machine_tag(env))
+    out = Path(args.out or Path(__file__).parent / "results" / name)
+    payload = {
+        "description": description,
+        "config": vars(args) | {"out": str(out)},
+        "source": source_state(),
+        "uptime_before": uptime_before,
+        "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        **results,
+        "environment": env,
+    }
+    write_json(out, payload)
+    print(f"wrote {out}\n  before: {payload['uptime_before']}\n  after:  {payload['uptime_after']}")
+    return payload
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024, 8192], help="batch sizes")
@@ -568,28 +757,33 @@ def main(argv=None):
     )
     parser.add_argument("--rounds", type=int, default=5, help="A/B rounds (default %(default)s)")
     parser.add_argument("--reps", type=int, default=50, help="right-hand-side evaluations per timing")
+    parser.add_argument(
+        "--user", action="store_true",
+        help="compare the shipped and the user-written SCARA (benchmarks/user_scara.py), ukjax and naive "
+        "JAX, for each of --solvers, interleaved in --rounds rounds, instead of the contenders above",
+    )
+    parser.add_argument("--solvers", nargs="+", default=["RK4", "Tsit5"], choices=["RK4", "Tsit5"])
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    if args.user:
+        results = bench_user(args)
+        description = (
+            "SCARA (seed 001), Baumgarte alpha=0.5, beta=200: ukjax.simulate_batch and a naive JAX program "
+            "(eigh, jnp.linalg.pinv, its own Runge-Kutta loop), each on the shipped model and on the "
+            f"user-written one (benchmarks/user_scara.py); fixed step {args.dt} s over {args.duration} s "
+            f"({results['steps']} steps); {args.rounds} interleaved rounds, medians"
+        )
+        return _write_interleaved(args, results, description, "throughput-user-{machine}.json", uptime_before)
     if args.ab_ldl:
         results = ab_default_method(args)
-        env = environment()
-        out = Path(args.out or Path(__file__).parent / "results" / "default-method-ab-cpu.json")
-        payload = {
-            "description": "default method 'ldl' (psd_ginv, diagonal-pivoted LDLᵀ) against the unpivoted "
+        description = (
+            "default method 'ldl' (psd_ginv, diagonal-pivoted LDLᵀ) against the unpivoted "
             f"LDLᵀ of {args.ab_ldl}: SCARA batch of {results['batch']}, fixed-step Tsit5 {args.dt} s over "
             f"{args.duration} s; right-hand sides and G⁻ alone in CPU ns per scenario-evaluation (vmap over "
-            f"{results['batch']} SCARA / 256 five-bar states); {args.rounds} interleaved rounds, medians",
-            "config": vars(args) | {"out": str(out)},
-            "source": source_state(),
-            "uptime_before": uptime_before,
-            "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-            **results,
-            "environment": env,
-        }
-        write_json(out, payload)
-        print(f"wrote {out}\n  before: {payload['uptime_before']}\n  after:  {payload['uptime_after']}")
-        return payload
+            f"{results['batch']} SCARA / 256 five-bar states); {args.rounds} interleaved rounds, medians"
+        )
+        return _write_interleaved(args, results, description, "default-method-ab-cpu.json", uptime_before)
     results = bench(args)
     if args.profile:
         from ukjax.models import scara

@@ -593,13 +593,23 @@ def _cholesky_entries(m):
 def _cho_solve_entries(l, rows):
     """Forward then back substitution with L and Lᵀ (nested lists); each right-hand-side row is a scalar
     or a vector."""
-    n = len(l)
+    return _back_entries(l, _forward_entries(l, rows))
+
+
+def _forward_entries(l, rows):
+    """L y = rows by forward substitution (nested lists of scalars or vectors)."""
     y = []
-    for i in range(n):
+    for i in range(len(l)):
         y.append((rows[i] - _dot(l[i][:i], y, rows[i])) / l[i][i])
+    return y
+
+
+def _back_entries(l, rows):
+    """Lᵀ x = rows by back substitution (nested lists of scalars or vectors)."""
+    n = len(l)
     x = [None] * n
     for i in reversed(range(n)):
-        x[i] = (y[i] - _dot([l[k][i] for k in range(i + 1, n)], x[i + 1:], y[i])) / l[i][i]
+        x[i] = (rows[i] - _dot([l[k][i] for k in range(i + 1, n)], x[i + 1:], rows[i])) / l[i][i]
     return x
 
 
@@ -667,6 +677,55 @@ def cho_solve(L, B):
         every = jnp.ones(n, bool)
         return _solve_upper(L.T, _solve_lower(L, B.astype(jnp.result_type(L, B)), every), every)
     return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
+
+
+def _triangular_rhs(L, B, where):
+    L = _check_matrix(L, where, square=True)
+    B = jnp.asarray(B)
+    if B.ndim not in (1, 2) or B.shape[0] != L.shape[0]:
+        raise ValueError(f"{where} expects B of shape ({L.shape[0]},) or ({L.shape[0]}, k) for L of shape "
+                         f"{L.shape}, got {B.shape}")
+    return L, B.astype(jnp.result_type(L, B))
+
+
+def solve_lower(L, B):
+    """L⁻¹B for the Cholesky factor L of :func:`cholesky` (forward substitution; B is (n,) or (n, k)):
+    half of :func:`cho_solve`, unrolled for n ≤ 8, a ``fori_loop`` above, no LAPACK call."""
+    L, B = _triangular_rhs(L, B, "solve_lower")
+    n = L.shape[0]
+    if n == 0:
+        return B
+    if n > _UNROLL_MAX:
+        return _solve_lower(L, B, jnp.ones(n, bool))
+    return jnp.stack(_forward_entries(_entries(L), [B[i] for i in range(n)]))
+
+
+def solve_lower_t(L, B):
+    """L⁻ᵀB for the Cholesky factor L of :func:`cholesky` (back substitution; B is (n,) or (n, k)):
+    ``cho_solve(L, B) = solve_lower_t(L, solve_lower(L, B))``."""
+    L, B = _triangular_rhs(L, B, "solve_lower_t")
+    n = L.shape[0]
+    if n == 0:
+        return B
+    if n > _UNROLL_MAX:
+        return _solve_upper(L.T, B, jnp.ones(n, bool))
+    return jnp.stack(_back_entries(_entries(L), [B[i] for i in range(n)]))
+
+
+def gram(W):
+    """WᵀW for W (n, m), exactly symmetric: for n, m ≤ ``SMALL_MATMUL_MAX`` the m(m + 1)/2 distinct entries
+    as unrolled sums over the rows in order (each computed once, mirrored), else ``W.T @ W`` symmetrized."""
+    W = jnp.asarray(W)
+    n, m = W.shape
+    if n == 0 or m == 0 or max(n, m) > SMALL_MATMUL_MAX:
+        G = W.T @ W
+        return (G + G.T) / 2
+    cols = [[W[r, i] for r in range(n)] for i in range(m)]
+    g = [[None] * m for _ in range(m)]
+    for i in range(m):
+        for k in range(i + 1):
+            g[i][k] = g[k][i] = _dot(cols[i], cols[k], cols[i][0])
+    return _stack(g)
 
 
 def _psd_pinv_cholesky(G, rtol):

@@ -21,6 +21,7 @@ differentiated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ import jax.scipy.linalg as jsl
 
 from ukjax import dynamics
 from ukjax._checks import symmetric_part
+from ukjax._shared import evaluate_shared
 from ukjax.constraints import (
     AccelerationLevel,
     Baumgarte,
@@ -531,25 +533,22 @@ class System(eqx.Module):
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
-        c = self.nonideal_vector(q, qd, t, p)
-        blocks = self.constraint_blocks(q, qd, t, p)
+        uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
+        c, blocks, M, Q = evaluate_shared(
+            functools.partial(self._model_terms, mass=not uses_mass_solve), q, qd, t, p, force
+        )
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
         if solver == "uk" and self.constraint_rank is not None:  # only the one-shot UK solve takes fewer rows
             A_solve, b_solve = dynamics.compress_rows(A, b, self.constraint_rank)
         else:
             A_solve, b_solve = A, b
-        if self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS:
+        if uses_mass_solve:
             self._refuse_clearance("solver='uk'")
-            Q = self.given_force(q, qd, t, p) if force is None else jnp.asarray(force)
             qdd, reaction = dynamics.uk_solve_with(
                 lambda B: self.solve_mass(q, t, p, B), Q, A_solve, b_solve, c, method=method, rtol=rtol
             )
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
-        if force is None:
-            M, Q = self.mass_and_given_force(q, qd, t, p)
-        else:
-            M, Q = self.mass_matrix(q, t, p), jnp.asarray(force)
         F = Q if c is None else Q + c
         if solver in dynamics.SINGULAR_MASS_FORMS and A.shape[0] > 0:
             self._refuse_clearance(f"solver={solver!r}")
@@ -570,6 +569,18 @@ class System(eqx.Module):
         level_blocks, covariances = self.level_blocks(blocks, p, jnp.result_type(q))
         qdd = dynamics.recursive_uk_acceleration(M, F, level_blocks, covariances, rtol=rtol)
         return Motion(qdd=qdd, constraint_force=None, A=A, b=b, rows=rows)
+
+    def _model_terms(self, q, qd, t, p, force, *, mass: bool):
+        """(c, constraint blocks, M or None, Q) at one state: every model function :meth:`motion` reads,
+        evaluated together (:func:`ukjax._shared.evaluate_shared` shares their transcendental values).
+        ``force`` replaces Q; ``mass=False`` skips M (``mass_solve`` applies M⁻¹)."""
+        c = self.nonideal_vector(q, qd, t, p)
+        blocks = self.constraint_blocks(q, qd, t, p)
+        if force is not None:
+            return c, blocks, self.mass_matrix(q, t, p) if mass else None, jnp.asarray(force)
+        if mass:
+            return c, blocks, *self.mass_and_given_force(q, qd, t, p)
+        return c, blocks, None, self.given_force(q, qd, t, p)
 
     def _refuse_clearance(self, what: str):
         if self.has_clearance:
