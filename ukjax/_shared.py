@@ -17,6 +17,8 @@ derivatives pass through unchanged (``materialize`` is the identity with derivat
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.extend.core as jex
 import jax.extend.core.primitives as prims
@@ -78,6 +80,28 @@ def evaluate_shared(f, *args):
         return f(*jax.tree_util.tree_unflatten(treedef, full))
 
     inputs = [leaves[i] for i in dynamic]
-    closed, shape = jax.make_jaxpr(flat, return_shape=True)(*inputs)
-    out = _eval(closed.jaxpr, closed.consts, inputs)
+    closed, shape = jax.make_jaxpr(flat, return_shape=True)(*inputs)  # the user's errors are raised here
+    try:
+        out = _eval(closed.jaxpr, closed.consts, inputs)
+    except (AttributeError, KeyError, TypeError) as error:  # jaxpr internals of a JAX release not tested
+        _warn_unavailable(error)
+        return f(*args)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
+
+
+_warned = []
+
+
+def _warn_unavailable(error: Exception) -> None:
+    """The interpreter reads jaxpr equations (``eqn.ctx``, ``Primitive.get_bind_params``), which JAX may
+    change between releases: where it fails, the model is evaluated directly (same values, transcendental
+    values recomputed per kernel), with one warning per process."""
+    if not _warned:
+        _warned.append(error)
+        warnings.warn(
+            f"ukjax: shared evaluation of the model is unavailable with jax {jax.__version__} "
+            f"({type(error).__name__}: {error}); evaluating the model functions directly (same values, "
+            "slower on CPU)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
