@@ -1,6 +1,9 @@
 """The options of :func:`~ukjax.simulation.simulate` and :func:`~ukjax.simulation.simulate_batch`: their
 defaults, the checks made on the host before anything is compiled, and their split into the program's
-static configuration and its traced numbers. At every call:
+static configuration and its traced numbers.
+
+Both functions hand their arguments to :func:`_arguments`, the one path from what the user gave to what the
+compiled program takes:
 
 * every argument is checked on the host (``ukjax._validation``): a wrong shape, dtype, span, step or
   tolerance, or a model that fails at the initial state, raises ``ValueError`` naming it before compiling;
@@ -9,8 +12,8 @@ static configuration and its traced numbers. At every call:
   of :mod:`ukjax.diagnostics`);
 * what changes the compiled program goes into :class:`_Config` (static, hashable: the jit cache key) and
   every other number into :class:`_Numbers` (traced: a new value does not recompile);
-* for a batch, ``batch_params`` says which parameter leaves carry the batch axis, and ``chunk_size`` how
-  many scenarios one ``vmap`` integrates.
+* for a batch, ``batch_params`` is applied and shared parameters are broadcast, so that shared and
+  per-scenario parameters use one compiled program, and ``chunk_size`` is resolved.
 """
 
 from __future__ import annotations
@@ -111,10 +114,25 @@ def _pinv_rtol(config, numbers):
 
 
 # ---------------------------------------------------------------------- options (checked before compiling)
-def _options(arguments: dict) -> dict:
-    """The integration options among the arguments of :func:`~ukjax.simulation.simulate` /
-    :func:`~ukjax.simulation.simulate_batch`."""
-    return {name: arguments[name] for name in _OPTIONS}
+def _arguments(arguments: dict, *, batched: bool):
+    """The arguments of :func:`~ukjax.simulation.simulate` (``batched=False``) or
+    :func:`~ukjax.simulation.simulate_batch` (``batched=True``), their ``locals()``, checked and prepared for
+    the compiled program: (config, numbers, q0, qd0, params, chunk size). A batch's parameters come out with
+    the batch axis on every leaf."""
+    system, q0, qd0, params = (arguments[name] for name in ("system", "q0", "qd0", "params"))
+    options = {name: arguments[name] for name in _OPTIONS}
+    chunk_size = _chunk_size(arguments["chunk_size"]) if batched else None
+    batch_params = arguments.get("batch_params", False)
+    if not isinstance(batch_params, bool):
+        params = _batched_by_spec(params, batch_params, np.shape(q0)[0] if np.ndim(q0) == 2 else None)
+        batch_params = True
+    config, numbers, q0, qd0, params = _prepare(
+        system, q0, qd0, params, batched=batched, batch_params=batch_params, **options
+    )
+    if batched and not batch_params:
+        # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
+        params = _batched_by_spec(params, False, q0.shape[0])
+    return config, numbers, q0, qd0, params, chunk_size
 
 
 def _prepare(
@@ -163,11 +181,12 @@ def _prepare(
         raise ValueError("stepsize_controller=diffrax.ConstantStepSize() needs the step: give dt0")
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
+    # The warnings below name the user's call: stacklevel 4 = _prepare, _arguments, simulate(_batch), caller.
     if not float64_enabled():
         warnings.warn(
             "ukjax: float64 is not enabled, so this simulation runs in float32 (call ukjax.enable_float64() "
             "first for accuracy work)",
-            stacklevel=3,
+            stacklevel=4,
         )
     solver = validate.solver(solver, diffrax.Tsit5())
     q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
@@ -205,7 +224,7 @@ def _prepare(
     poisoned = validate.parameters(params, batched=batched and batch_params, batch=batch)
     if poisoned:
         warnings.warn("ukjax: " + "; ".join(poisoned) + " (those scenarios get status nonfinite_state)",
-                      stacklevel=3)
+                      stacklevel=4)
     leaves = jax.tree_util.tree_leaves((q0, qd0, params))
     if t0_value is not None and all(validate.is_concrete(x) for x in leaves):
         # Eager even inside a user's jit over other arguments (there, JAX would otherwise trace these calls).

@@ -52,12 +52,11 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ukjax._options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax._options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax._options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax._options import _batched_by_spec, _options, _pinv_rtol
+from ukjax._options import _arguments, _pinv_rtol
 from ukjax._options import _chunk_size as _chunk_size
 from ukjax._options import _Config as _Config
 from ukjax._options import _Numbers as _Numbers
@@ -378,8 +377,7 @@ def simulate(
     progress, throw, shapes): a second call that changes only numbers (q0, params, tolerances, and t1 or dt
     when ``max_steps`` is given) does not recompile.
     """
-    options = _options(locals())
-    config, numbers, q0, qd0, params = _prepare(system, q0, qd0, params, batched=False, **options)
+    config, numbers, q0, qd0, params, _ = _arguments(locals(), batched=False)
     return _run(_simulate_one, system, config, numbers, q0, qd0, params)
 
 
@@ -436,15 +434,5 @@ def simulate_batch(
     same result as in one ``vmap`` (the computation per scenario is the same); only speed and memory
     change. With several chunks a progress bar (``progress=True``) runs once per chunk.
     """
-    options = _options(locals())
-    chunk_size = _chunk_size(chunk_size)
-    if not isinstance(batch_params, bool):
-        params = _batched_by_spec(params, batch_params, np.shape(q0)[0] if np.ndim(q0) == 2 else None)
-        batch_params = True
-    config, numbers, q0, qd0, params = _prepare(
-        system, q0, qd0, params, batched=True, batch_params=batch_params, **options
-    )
-    if not batch_params:
-        # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
-        params = _batched_by_spec(params, False, q0.shape[0])
+    config, numbers, q0, qd0, params, chunk_size = _arguments(locals(), batched=True)
     return _run(_simulate_many, system, config, numbers, q0, qd0, params, chunk_size)
