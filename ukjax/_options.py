@@ -14,10 +14,15 @@ compiled program takes:
   every other number into :class:`_Numbers` (traced: a new value does not recompile);
 * for a batch, ``batch_params`` is applied and shared parameters are broadcast, so that shared and
   per-scenario parameters use one compiled program, and ``chunk_size`` is resolved.
+
+:data:`OPTION_DEFAULTS` is the table of the options and their defaults, as the two signatures give them, and
+:data:`STATIC_OPTIONS` those that change the compiled program; the sweep spec (``ukjax.sweep``) takes its
+integrator defaults, and which of its options compile a new program, from them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import Any
@@ -49,12 +54,18 @@ scenarios in one ``vmap`` 2.73 µs, in chunks of 512 / 256 / 128 / 64: 2.67 / 2.
 scenarios in one ``vmap`` 4.23 µs, in chunks of 2048 / 1024 / 256: 3.74 / 2.70 / 2.33 µs. On an accelerator
 the whole batch is one ``vmap`` (it wants large batches)."""
 
-_OPTIONS = (
-    "t0", "t1", "ts", "solver", "dt0", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
-    "consistency_rtol", "constraint_rtol", "constraint_atol", "saveat", "stepsize_controller", "adjoint",
-    "progress", "throw",
-    "dt",
-)
+
+OPTION_DEFAULTS = {
+    "t0": 0.0, "ts": None, "solver": None, "dt0": None, "rtol": 1e-8, "atol": 1e-8, "max_steps": None,
+    "method": "ldl", "uk_solver": "uk", "pinv_rtol": None, "consistency_rtol": None, "constraint_rtol": None,
+    "constraint_atol": None, "saveat": None, "stepsize_controller": None, "adjoint": None, "progress": False,
+    "throw": False, "dt": None,
+}
+"""The keyword options of :func:`~ukjax.simulation.simulate` and their defaults, as its signature (and that of
+:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params`` and ``chunk_size``) gives them; ``t1``
+is required. ``None`` stands for a value chosen at the call (from the dtype, the step, the span)."""
+
+_OPTIONS = ("t1", *OPTION_DEFAULTS)
 
 
 def as_params(params):
@@ -91,6 +102,12 @@ class _Config(eqx.Module):
     progress: bool = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     adjoint: Any = eqx.field(static=True)
+
+
+STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
+"""The options whose value is part of the compiled program (fields of :class:`_Config`): a new value
+compiles a new program. A new value of any other option does not, as long as it stays given (not ``None``)
+and keeps its shape: it is a traced number of :class:`_Numbers`."""
 
 
 class _Numbers(eqx.Module):
