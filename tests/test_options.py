@@ -1,4 +1,4 @@
-"""The options of simulate and simulate_batch have one table (ukjax._options), which their signatures, the
+"""The options of simulate and simulate_batch have one table (ukjax.options), which their signatures, the
 sweep spec's defaults and the names ukjax.simulation exports agree with. No compilation: signatures and
 tables only.
 """
@@ -6,7 +6,8 @@ tables only.
 import dataclasses
 import inspect
 
-from ukjax import _options, simulation
+from ukjax import options as _options
+from ukjax import simulation
 from ukjax.simulation import simulate, simulate_batch
 from ukjax.sweep import _spec
 
@@ -54,7 +55,7 @@ def test_sweep_spec_takes_simulates_defaults_and_keeps_its_format():
 def test_simulation_still_exports_what_it_defined_before_the_split():
     """ukjax.simulation was one module; every public name it defined, and the private ones that other code
     imports, are still importable from it (re-exported from ukjax.solution, ukjax.diagnostics and
-    ukjax._options), and are the same objects."""
+    ukjax.options), and are the same objects."""
     public = [
         "DEFAULT_NUM_SAVES", "DEFAULT_MAX_STEPS", "DEFAULT_CONSISTENCY_RTOL", "DEFAULT_CONSTRAINT_ATOL",
         "DEFAULT_CONSTRAINT_RTOL", "COORDINATE_RESOLUTION", "DEFAULT_CPU_CHUNK", "DTMIN_FRACTION", "RESULTS",

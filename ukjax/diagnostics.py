@@ -1,20 +1,18 @@
 """Whether to trust a trajectory: the diagnostics at the saved times and the status code they decide.
 
 At every saved time, from the state and the q̈ the integrator used there, :func:`_diagnostics` evaluates
+the constraint force, ideal and non-ideal parts (Liu et al. 2015, seed 000 eq. 11-12,
+:func:`ukjax.dynamics.uk_constraint_force`); the consistency residual ‖A q̈ - b‖, which for the
+Moore-Penrose forms is ‖A A⁺ b - b‖, the distance of b from range(A) (seed 000 eq. 27), and counts as
+consistent up to ``consistency_rtol`` (1 + ‖b‖); the residuals φ (positions) and φ̇/ψ (velocities); and from
+them the violations, each constraint row's first-order distance from its surface in units of its own
+tolerance:
 
-* the constraint force, ideal and non-ideal parts (Liu et al. 2015, seed 000 eq. 11-12,
-  :func:`ukjax.dynamics.uk_constraint_force`);
-* the consistency residual ‖A q̈ - b‖; for the Moore-Penrose forms it is ‖A A⁺ b - b‖, the distance of b
-  from range(A) (seed 000 eq. 27). The constraints count as consistent where it is at most
-  ``consistency_rtol`` (1 + ‖b‖);
-* the residuals φ (positions) and φ̇/ψ (velocities), and from them the violations: each constraint row's
-  first-order distance from its surface in units of its own tolerance,
+    v_i = |r_i| / (‖a_i ⊙ c‖ (1 + constraint_rtol ‖(motion_j / c_j) for a_ij ≠ 0‖)),
+    c_j = constraint_atol_j + COORDINATE_RESOLUTION eps |value_j|,
 
-      v_i = |r_i| / (‖a_i ⊙ c‖ (1 + constraint_rtol ‖(motion_j / c_j) for a_ij ≠ 0‖)),
-      c_j = constraint_atol_j + COORDINATE_RESOLUTION eps |value_j|,
-
-  for the row's residual r_i and gradient a_i, with the motion q - q0 and value q for positions, q̇ and q̇ for
-  velocities (the test and why it is scaled so: :class:`~ukjax.solution.Solution`).
+for the row's residual r_i and gradient a_i, with the motion q - q0 and the value q for positions, q̇ and q̇
+for velocities (the test, and why it is scaled so: :class:`~ukjax.solution.Solution`).
 
 :func:`_status` turns diffrax's result and these diagnostics into one :class:`~ukjax.solution.RESULTS` code
 per scenario, the first that applies of: a non-finite start, state or acceleration; the step budget

@@ -37,7 +37,7 @@ Everything is differentiable with respect to ``params`` (diffrax's ``RecursiveCh
 ``jax.grad`` of any scalar function of a :class:`Solution` gives derivatives with respect to masses, lengths
 and Baumgarte gains.
 
-The pieces, one module each: the options and their checks before compiling are :mod:`ukjax._options`,
+The pieces, one module each: the options and their checks before compiling are :mod:`ukjax.options`,
 the diagnostics at the saved times and the status they decide :mod:`ukjax.diagnostics`, the returned
 :class:`Solution` and its :class:`RESULTS` codes :mod:`ukjax.solution`; this module integrates (the solve,
 batching and chunking) and re-exports their public names, so ``from ukjax.simulation import Solution``
@@ -53,20 +53,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ukjax._options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
-from ukjax._options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
-from ukjax._options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax._options import _arguments, _pinv_rtol
-from ukjax._options import _chunk_size as _chunk_size
-from ukjax._options import _Config as _Config
-from ukjax._options import _Numbers as _Numbers
-from ukjax._options import _prepare as _prepare
-from ukjax._options import as_params as as_params
 from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_RTOL as DEFAULT_CONSTRAINT_RTOL
 from ukjax.diagnostics import _diagnostics, _status
+from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
+from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
+from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
+from ukjax.options import _arguments, _pinv_rtol
+from ukjax.options import _chunk_size as _chunk_size
+from ukjax.options import _Config as _Config
+from ukjax.options import _Numbers as _Numbers
+from ukjax.options import _prepare as _prepare
+from ukjax.options import as_params as as_params
 from ukjax.solution import _MESSAGE_LIST
 from ukjax.solution import COMPLETED as COMPLETED
 from ukjax.solution import RESULTS as RESULTS

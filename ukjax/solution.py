@@ -2,7 +2,7 @@
 
 A :class:`Solution` holds one scenario's trajectory (q, q̇, q̈ at the saved times, with a leading batch axis
 for :func:`~ukjax.simulation.simulate_batch`) next to the diagnostics that tell whether to trust it: the
-constraint residuals φ and φ̇/ψ, the constraint force of Liu et al. 2015 (seed 000 eq. 11-12), the
+constraint residuals φ and φ̇/ψ, the constraint force (Liu et al. 2015, seed 000 eq. 11-12), the
 consistency residual ‖A q̈ - b‖ (seed 000 eq. 27), the violations in units of their tolerance, and one
 :class:`RESULTS` code per scenario. How those diagnostics are computed and how the code is decided is
 :mod:`ukjax.diagnostics`; this module is the record itself:

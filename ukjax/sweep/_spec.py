@@ -59,9 +59,9 @@ import jax
 import numpy as np
 import tomllib
 
-from ukjax._options import DEFAULT_MAX_STEPS, OPTION_DEFAULTS, STATIC_OPTIONS
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL, DEFAULT_CONSTRAINT_RTOL
 from ukjax.dynamics import ACCELERATION_METHODS
+from ukjax.options import DEFAULT_MAX_STEPS, OPTION_DEFAULTS, STATIC_OPTIONS
 
 DISTRIBUTIONS = {
     "uniform": ({"low", "high"}, set()),

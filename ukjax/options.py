@@ -43,6 +43,8 @@ DEFAULT_NUM_SAVES = 201
 """Number of evenly spaced save times when ``ts`` is not given."""
 
 DEFAULT_MAX_STEPS = 65536
+"""Step budget when ``max_steps`` is ``None`` and the step count is not known on the host (adaptive steps,
+or a span or step that is traced); a fixed step over a known span gets exactly the steps it needs."""
 
 DEFAULT_CPU_CHUNK = 256
 """Scenarios per chunk of :func:`~ukjax.simulation.simulate_batch` on CPU (``chunk_size="auto"``).
