@@ -108,8 +108,10 @@ class _Config(eqx.Module):
 
 STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
 """The options whose value is part of the compiled program (fields of :class:`_Config`): a new value
-compiles a new program. A new value of any other option does not, as long as it stays given (not ``None``)
-and keeps its shape: it is a traced number of :class:`_Numbers`."""
+compiles a new program. The other options become traced numbers (:class:`_Numbers`), and a new value of one
+does not recompile unless it switches between ``None`` and a value (``dt0``, ``pinv_rtol``), changes a
+shape (``ts``, ``saveat``), changes the step budget that ``max_steps=None`` takes from a fixed step's span
+(``t0``, ``t1``, ``dt0``), or is a ``stepsize_controller`` holding numbers that are not JAX arrays."""
 
 
 class _Numbers(eqx.Module):
