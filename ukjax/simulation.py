@@ -36,148 +36,46 @@ the servo residual.
 Everything is differentiable with respect to ``params`` (diffrax's ``RecursiveCheckpointAdjoint``), so
 ``jax.grad`` of any scalar function of a :class:`Solution` gives derivatives with respect to masses, lengths
 and Baumgarte gains.
+
+The pieces, one module each: the options and their checks before compiling are :mod:`ukjax.options`,
+the diagnostics at the saved times and the status they decide :mod:`ukjax.diagnostics`, the returned
+:class:`Solution` and its :class:`RESULTS` codes :mod:`ukjax.solution`; this module integrates (the solve,
+batching and chunking) and re-exports their public names, so ``from ukjax.simulation import Solution``
+keeps working.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
-import math
-import os
-import warnings
-from pathlib import Path
-from typing import Any
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from ukjax import _validation as validate
-from ukjax import dynamics
-from ukjax._config import float64_enabled
-from ukjax.constraints import stack_blocks
-from ukjax.system import SOLVERS, System
-
-DEFAULT_NUM_SAVES = 201
-"""Number of evenly spaced save times when ``ts`` is not given."""
-
-DEFAULT_MAX_STEPS = 65536
-
-DEFAULT_CONSISTENCY_RTOL = 1e-6
-"""A q̈ = b counts as consistent at a saved time when ‖A A⁺ b - b‖ <= consistency_rtol * (1 + ‖b‖).
-
-Looser than the exact-arithmetic test of :mod:`ukjax._checks` because in a simulation the state drifts off
-the constraint manifold by the integration error, and for redundant (rank-deficient) constraints the
-Baumgarte terms of that drift, β²φ, are not exactly in the range of A: with φ ~ 1e-9 and β² ~ 1e2 that is
-~1e-7 relative."""
-
-DEFAULT_CONSTRAINT_ATOL = 1e-6
-"""Default ``constraint_atol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): how far, in each coordinate's own
-unit, the state may be off a constraint surface and still count as "the constraints held": 1 µm for a
-coordinate in metres, 1 µrad for an angle in radians; for velocity residuals 1 µm/s and 1 µrad/s. See
-:class:`Solution` for the test it enters."""
-
-DEFAULT_CONSTRAINT_RTOL = 1e-6
-"""Default ``constraint_rtol`` in float64 (float32: 1e4 eps ≈ 1.2e-3): the part of the tolerance that grows
-with the motion of the coordinates a constraint row touches, 1e-6 of how far they have moved from their
-initial values (positions) and of their speed (velocities). Integration error of a stabilized system is far
-below atol + rtol · that (adaptive Tsit5 at 1e-8: ~1e-9 m; fixed 5 ms steps on the SCARA with critically
-damped gains: ~1e-8 m)."""
-
-COORDINATE_RESOLUTION = 100
-"""The absolute tolerance of coordinate j is constraint_atol_j + COORDINATE_RESOLUTION · eps · |q_j| (|q̇_j|
-for velocities): the second term is the spacing of floating-point numbers near q_j times the rounding that
-an integration accumulates, below which no constraint can be resolved. In float64 at |q_j| = 1e6 m that is
-2.2e-8 m."""
-
-DEFAULT_CPU_CHUNK = 256
-"""Scenarios per chunk of :func:`simulate_batch` on CPU (``chunk_size="auto"``).
-
-Under ``vmap`` every intermediate of an integration step is an array over the batch, hundreds of them alive;
-past a few hundred scenarios they no longer fit the CPU caches. SCARA, fixed-step Tsit5, 200 steps, CPU
-seconds per scenario-step on one core of the 2-core CPU (load ~3.5; ``benchmarks/throughput.py``): 1024
-scenarios in one ``vmap`` 2.73 µs, in chunks of 512 / 256 / 128 / 64: 2.67 / 2.36 / 2.31 / 2.69 µs; 8192
-scenarios in one ``vmap`` 4.23 µs, in chunks of 2048 / 1024 / 256: 3.74 / 2.70 / 2.33 µs. On an accelerator
-the whole batch is one ``vmap`` (it wants large batches)."""
+from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
+from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
+from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
+from ukjax.diagnostics import DEFAULT_CONSTRAINT_RTOL as DEFAULT_CONSTRAINT_RTOL
+from ukjax.diagnostics import _diagnostics, _status
+from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
+from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
+from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
+from ukjax.options import _arguments, _pinv_rtol
+from ukjax.options import _chunk_size as _chunk_size
+from ukjax.options import _Config as _Config
+from ukjax.options import _Numbers as _Numbers
+from ukjax.options import _prepare as _prepare
+from ukjax.options import as_params as as_params
+from ukjax.solution import _MESSAGE_LIST
+from ukjax.solution import COMPLETED as COMPLETED
+from ukjax.solution import RESULTS as RESULTS
+from ukjax.solution import SimulationError as SimulationError
+from ukjax.solution import Solution as Solution
+from ukjax.system import System
 
 DTMIN_FRACTION = 1e-12
 """The adaptive controller stops with ``RESULTS.step_size_collapse`` below dt = DTMIN_FRACTION * (t1 - t0)."""
-
-
-class RESULTS(enum.IntEnum):
-    """Status code of one simulated scenario (``Solution.status``); ``RESULTS.message(code)`` explains it."""
-
-    success = 0
-    max_steps_reached = 1
-    nonfinite_state = 2
-    inconsistent_constraints = 3
-    control_infeasible = 4
-    step_size_collapse = 5
-    constraint_violated = 6
-    successful = 0  # alias of ``success``: the name of diffrax.RESULTS
-
-    @staticmethod
-    def message(code) -> str:
-        return _MESSAGES[RESULTS(int(code))]
-
-
-_MESSAGES = {
-    RESULTS.success: "success",
-    RESULTS.max_steps_reached: "the integrator took max_steps steps before reaching t1; raise max_steps",
-    RESULTS.nonfinite_state: "the state or the acceleration became NaN or infinite (check the parameters: "
-    "a mass matrix that is not positive definite, a NaN gain, a singular configuration)",
-    RESULTS.inconsistent_constraints: "the constraints were inconsistent at a saved time: ‖A q̈ - b‖ = "
-    "‖A A⁺ b - b‖ > consistency_rtol (1 + ‖b‖) (Liu et al. 2015, eq. 27); the acceleration is only a "
-    "compromise (least squares with method='cholesky' or a reference method)",
-    RESULTS.control_infeasible: "the servo constraints could not be met by the actuators at a saved time: "
-    "(C B̄) u = b̄ has no solution (Liu et al. 2015, Assumption 3)",
-    RESULTS.step_size_collapse: "the adaptive step size fell below DTMIN_FRACTION (t1 - t0): the vector "
-    "field is non-finite or singular near the last accepted state",
-    RESULTS.constraint_violated: "the constraints did not hold: a position or velocity residual, as a "
-    "distance from the constraint surface in units of its tolerance, constraint_atol + constraint_rtol x "
-    "(how far the coordinates it touches have moved, or their speed) (Solution.position_violation / "
-    "velocity_violation), exceeded 1 at "
-    "the last saved time, or, for a start on the constraints, at any saved time; stabilize (Baumgarte), "
-    "shorten the step, or check that the constraints are compatible",
-}
-_MESSAGE_LIST = tuple(_MESSAGES[code] for code in RESULTS)
-COMPLETED = tuple(
-    int(code)
-    for code in (
-        RESULTS.success,
-        RESULTS.constraint_violated,
-        RESULTS.inconsistent_constraints,
-        RESULTS.control_infeasible,
-    )
-)
-"""Statuses of a run that reached t1 with a finite state (:attr:`Solution.completed`)."""
-
-
-def as_params(params):
-    """``params`` with every floating leaf a strongly typed JAX array of its own dtype (Python floats in the
-    default float dtype); other leaves unchanged.
-
-    ``jnp.array(1.0)`` and Python floats are *weakly typed*: a ``jax.jit`` compiled for them is compiled
-    again when the same leaves come back strongly typed, e.g. after an optax update (three compilations of a
-    tuning step instead of one). :func:`simulate` and :mod:`ukjax.tune` normalize their parameters with this
-    function; call it on parameters you pass to your own jitted functions.
-    """
-
-    def strong(x):
-        if isinstance(x, float) or (
-            isinstance(x, jax.Array | np.ndarray | np.floating) and np.issubdtype(x.dtype, np.inexact)
-        ):
-            return jnp.asarray(x, dtype=jnp.result_type(x))
-        return x  # integers, booleans, and what the input checks refuse by name (strings)
-
-    return jax.tree_util.tree_map(strong, params)
-
-
-class SimulationError(RuntimeError):
-    """Raised by ``simulate(..., throw=True)``: the :class:`RESULTS` message of the scenario that failed."""
 
 
 def _run(program, *args):
@@ -189,200 +87,6 @@ def _run(program, *args):
         text = str(error)
         message = max((m for m in _MESSAGE_LIST[1:] if m in text), key=len, default=text)
         raise SimulationError(f"ukjax.simulate: {message}") from None
-
-
-class Solution(eqx.Module):
-    """A simulated trajectory at the saved times ``ts`` (T of them), with diagnostics.
-
-    Batched solutions (:func:`simulate_batch`) carry a leading batch axis on every array.
-
-    Attributes:
-        ts: (T,) saved times.
-        q, qd, qdd: (T, n) coordinates, velocities and accelerations.
-        position_residual: (T, k_h) φ of every holonomic constraint.
-        velocity_residual: (T, k_v) φ̇ of every holonomic and ψ of every nonholonomic constraint.
-        constraint_force: :class:`ukjax.dynamics.ConstraintForce` with ``ideal``, ``nonideal`` and
-            ``total``, each (T, n): the force of the passive constraints, seed 000 eq. 11-12
-            (``M q̈ = Q [+ B u] + total``).
-        consistency: (T,) ‖A q̈ - b‖ of the passive constraints for the computed q̈; 0 exactly when b is
-            consistent. With ``method="cholesky"`` or a reference method it equals ‖A A⁺ b - b‖ (seed 000
-            eq. 27), the distance of b from range(A); the default ``"ldl"`` keeps the rows it can satisfy and
-            reports a residual at least that large.
-        position_violation, velocity_violation: (T,) the quantities the status is judged by: the worst
-            constraint row's distance from its constraint surface in units of its own tolerance, so that
-            values above 1 are violations (0 without such constraints); defined below.
-        u, servo_residual: (T, n_u) controls and (T, k_s) servo-constraint residuals (controlled systems
-            only, else None).
-        status: int code, see :class:`RESULTS`.
-        num_steps, num_accepted_steps: diffrax step counts.
-        num_function_evals: right-hand-side evaluations, counted from the solver's stages (exact for fixed
-            step; the adaptive first-step selection may add one or two); -1 for a solver whose count is not
-            known.
-
-    After a failure (status other than success, inconsistent_constraints, control_infeasible,
-    constraint_violated) the values at saved times past the point of failure are not meaningful (diffrax
-    fills them with inf).
-
-    **How a constraint row is judged** (``position_violation``, ``velocity_violation``, status
-    ``constraint_violated``). Each row is judged on its own scale, in the manner of diffrax's per-component
-    ``atol + rtol·|y|``. A row φ_i of the holonomic constraints, with gradient a_i = ∂φ_i/∂q (a row of A),
-    is off its surface φ_i = 0 by, to first order, |φ_i| / ‖a_i‖ in coordinate units, whatever units φ_i is
-    written in (φ = x² + y² - L² and φ = √(x² + y²) - L give the same distance). In coordinates measured in
-    units of their absolute tolerances, z_j = q_j / c_j with c_j = constraint_atol_j + COORDINATE_RESOLUTION
-    · eps · |q_j|, that distance is |φ_i| / ‖a_i ⊙ c‖, and the row's tolerance there is 1 + constraint_rtol ·
-    ‖Δz‖ over the coordinates the row touches (a_ij ≠ 0), Δz_j = (q_j(t) - q_j(t0)) / c_j. So
-
-        v_i = |φ_i| / (‖a_i ⊙ c‖ (1 + constraint_rtol ‖(Δq_j / c_j) for a_ij ≠ 0‖)),
-
-    and ``position_violation`` = max_i v_i.
-
-    With one tolerance c for every coordinate this is the distance |φ_i| / ‖a_i‖ against c + constraint_rtol ·
-    (how far the coordinates of the row have moved since t0, ‖Δq‖ over them): for a pendulum, 1 µm plus 1e-6
-    of the distance its bob has travelled from its start. Velocity rows (φ̇_i, ψ_i, gradient ∂φ̇_i/∂q̇ = a_i
-    or ∂ψ_i/∂q̇) are judged alike with q̇ in place of q and of Δq: tolerance constraint_atol (per second) +
-    constraint_rtol · (the speed of the coordinates the row touches). The status is ``constraint_violated``
-    when a violation exceeds 1 (see :func:`simulate`, ``constraint_rtol``, for which saved times count).
-
-    Why this scale: a coordinate the row does not touch (a_ij = 0, e.g. a rotor turning at 314 rad/s beside a
-    pendulum) enters neither the distance nor the tolerance. The relative part is measured from the start,
-    not from the origin: a pendulum pivoted at x = 1e6 m is judged as one pivoted at 0 (its x moves by at most
-    twice the rod's length), where a relative part |q_j| (as in diffrax) would allow 1 m of error. Only the
-    floating-point resolution of q_j, COORDINATE_RESOLUTION · eps · |q_j|, depends on where the origin is
-    (2.2e-8 m at 1e6 m in float64). Defaults (float64): a coordinate in metres may be 1 µm off its
-    constraint surface and one in radians 1 µrad, plus 1e-6 of how far the row's coordinates have moved;
-    give ``constraint_atol`` per coordinate (or by coordinate name) for systems in other units.
-    """
-
-    ts: jax.Array
-    q: jax.Array
-    qd: jax.Array
-    qdd: jax.Array
-    position_residual: jax.Array
-    velocity_residual: jax.Array
-    constraint_force: dynamics.ConstraintForce
-    consistency: jax.Array
-    position_violation: jax.Array
-    velocity_violation: jax.Array
-    u: jax.Array | None
-    servo_residual: jax.Array | None
-    status: jax.Array
-    num_steps: jax.Array
-    num_accepted_steps: jax.Array
-    num_function_evals: jax.Array
-
-    @property
-    def ok(self) -> jax.Array:
-        """True (per scenario) where the simulation succeeded and the constraints held (status success)."""
-        return self.status == RESULTS.success
-
-    @property
-    def completed(self) -> jax.Array:
-        """True (per scenario) where the integration reached t1 with a finite state, whether or not the
-        constraints held: status success, constraint_violated, inconsistent_constraints or
-        control_infeasible. The trajectory is then meaningful as a whole (a tuning objective that measures the
-        violation needs exactly these scenarios)."""
-        return jnp.isin(self.status, jnp.asarray(COMPLETED, self.status.dtype))
-
-    @property
-    def message(self) -> str | list[str]:
-        """The message of the status code; a list of messages for a batch."""
-        status = np.asarray(self.status)
-        if status.ndim == 0:
-            return RESULTS.message(status)
-        return [RESULTS.message(code) for code in status.ravel()]
-
-    @property
-    def max_position_residual(self) -> jax.Array:
-        """max over saved times of ‖φ‖∞ (0 without holonomic constraints)."""
-        return jnp.max(jnp.abs(self.position_residual), axis=(-2, -1), initial=0.0)
-
-    @property
-    def max_velocity_residual(self) -> jax.Array:
-        """max over saved times of ‖(φ̇, ψ)‖∞ (0 without velocity-level residuals)."""
-        return jnp.max(jnp.abs(self.velocity_residual), axis=(-2, -1), initial=0.0)
-
-    def save(self, path) -> Path:
-        """Write every array of this solution (batched or not) to a NumPy ``.npz`` file; returns its path.
-
-        The file holds plain arrays named after the fields (``constraint_force.ideal``, ...) plus the ukjax
-        version, so NumPy, pandas or another language can read it without ukjax. Written to a temporary file
-        and renamed, so an interrupted save never leaves a half-written file. :meth:`load` reads it back.
-        """
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_name(path.name + ".npz")
-        arrays = {"__format__": np.asarray(_SAVE_FORMAT)}
-        for name, value in _solution_fields(self):
-            if value is not None:
-                arrays[name] = np.asarray(value)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        with open(partial, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
-        os.replace(partial, path)
-        return path
-
-    @classmethod
-    def load(cls, path) -> Solution:
-        """Read a solution written by :meth:`save` (arrays come back as JAX arrays of the saved dtypes)."""
-        with np.load(Path(path), allow_pickle=False) as data:
-            if "__format__" not in data or str(data["__format__"]) != _SAVE_FORMAT:
-                raise ValueError(f"{path} is not a ukjax Solution file (written by Solution.save)")
-            values = {k: jnp.asarray(data[k]) for k in data.files if k != "__format__"}
-        force = dynamics.ConstraintForce(
-            ideal=values.pop("constraint_force.ideal"), nonideal=values.pop("constraint_force.nonideal")
-        )
-        fields = {f.name for f in dataclasses.fields(cls)}
-        missing = fields - set(values) - {"constraint_force", "u", "servo_residual"}
-        if missing:
-            raise ValueError(f"{path}: missing fields {sorted(missing)}")
-        return cls(constraint_force=force, **{k: values.get(k) for k in fields if k != "constraint_force"})
-
-
-_SAVE_FORMAT = "ukjax.Solution/1"
-
-
-def _solution_fields(solution: Solution):
-    """(name, array or None) for every field; the constraint force as its two parts."""
-    for field in dataclasses.fields(solution):
-        value = getattr(solution, field.name)
-        if isinstance(value, dynamics.ConstraintForce):
-            yield f"{field.name}.ideal", value.ideal
-            yield f"{field.name}.nonideal", value.nonideal
-        else:
-            yield field.name, value
-
-
-# ---------------------------------------------------------------------- configuration (static under jit)
-class _Config(eqx.Module):
-    """Everything that changes the compiled program; hashable, so jit caches one program per configuration."""
-
-    solver: Any = eqx.field(static=True)
-    adaptive: bool = eqx.field(static=True)
-    has_dt0: bool = eqx.field(static=True)
-    max_steps: int = eqx.field(static=True)
-    method: str = eqx.field(static=True)
-    uk_solver: str = eqx.field(static=True)
-    default_pinv_rtol: bool = eqx.field(static=True)
-    progress: bool = eqx.field(static=True)
-    throw: bool = eqx.field(static=True)
-    adjoint: Any = eqx.field(static=True)
-
-
-class _Numbers(eqx.Module):
-    """Every number that does not change the compiled program: traced, so changing it does not recompile."""
-
-    ts: jax.Array
-    t0: jax.Array
-    t1: jax.Array
-    dt: jax.Array
-    rtol: jax.Array
-    atol: jax.Array
-    pinv_rtol: jax.Array
-    consistency_rtol: jax.Array
-    constraint_rtol: jax.Array
-    controller: Any = None  # a user's stepsize_controller: its arrays traced, its other fields static
-    constraint_atol: Any = None  # (n,) per-coordinate absolute tolerance of the status (see Solution)
 
 
 def _evals_per_step(solver) -> tuple[int, int]:
@@ -397,10 +101,6 @@ def _evals_per_step(solver) -> tuple[int, int]:
 
 def _is_controlled(system: System) -> bool:
     return system.actuation is not None and bool(system.servo_constraints)
-
-
-def _pinv_rtol(config, numbers):
-    return None if config.default_pinv_rtol else numbers.pinv_rtol
 
 
 def _motion(system, config, numbers, q, qd, t, p):
@@ -428,118 +128,6 @@ def _state_derivative(system, config, numbers):
         return qd, _motion(system, config, numbers, q, qd, t, p)[0]
 
     return derivative
-
-
-def _norm(r):
-    """‖r‖ with derivative 0 (not NaN) at r = 0."""
-    r2 = jnp.sum(r * r)
-    positive = r2 > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
-
-
-def _row_norms(x):
-    """‖x_i‖ of every row, with derivative 0 (not NaN) at a zero row."""
-    squares = jnp.sum(x * x, axis=-1)
-    positive = squares > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squares, 1.0)), 0.0)
-
-
-def _violation(residual, gradients, numbers, motion, value):
-    """max_i of row i's distance from its constraint surface in units of its tolerance (:class:`Solution`):
-
-        v_i = |r_i| / (‖a_i ⊙ c‖ (1 + rtol ‖(motion_j / c_j) for j with a_ij ≠ 0‖)),
-        c_j = atol_j + COORDINATE_RESOLUTION eps |value_j|,
-
-    for residuals r (k,), their gradients a (k, n) and the per-coordinate motion (q - q0, or q̇). A row of
-    zero gradient (singular point) counts in units of the largest c_j."""
-    eps = float(jnp.finfo(value.dtype).eps)
-    c = numbers.constraint_atol + COORDINATE_RESOLUTION * eps * jnp.abs(value)
-    touched = gradients != 0
-    spread = _row_norms(jnp.where(touched, motion / c, 0.0))
-    scale = _row_norms(gradients * c)
-    scale = jnp.where(scale > 0, scale, jnp.max(c)) * (1.0 + numbers.constraint_rtol * spread)
-    return jnp.max(jnp.abs(residual) / scale, initial=0.0)
-
-
-def _diagnostics(system, config, numbers, q, qd, t, p, q0):
-    """Everything a Solution reports at one saved time."""
-    qdd, motion, loop = _motion(system, config, numbers, q, qd, t, p)
-    rtol = _pinv_rtol(config, numbers)
-    if motion is not None and motion.constraint_force is not None:
-        force, A, b, rows = motion.constraint_force, motion.A, motion.b, motion.rows
-    else:
-        # Forces of the controlled or recursive motion (Liu et al. 2015, eq. 11-12), with the actuator force
-        # as a given force: the one-shot UK equation, or the recursive solution where clearances make them
-        # differ (System.constraint_force).
-        Q = system.given_force(q, qd, t, p)
-        if loop is not None:
-            Q = Q + system.actuation(q, t, p) @ loop.u
-        blocks = system.constraint_blocks(q, qd, t, p)
-        A, b = stack_blocks(blocks, system.n, q.dtype)
-        rows = tuple(A_k.shape[0] for A_k, _ in blocks)
-        c = system.nonideal_vector(q, qd, t, p)
-        if A.shape[0] == 0:
-            zero = jnp.zeros_like(Q)
-            force = dynamics.ConstraintForce(ideal=zero, nonideal=zero if c is None else c)
-        else:
-            force = system.constraint_force(
-                q, qd, t, p, force=Q, method=config.method, solver=config.uk_solver, rtol=rtol
-            )
-    if config.uk_solver == "recursive" and A.shape[0] > 0:
-        consistency = dynamics.constraint_consistency(A, b, rtol=rtol)
-    else:
-        consistency = _norm(A @ qdd - b)
-    consistent = consistency <= numbers.consistency_rtol * (1.0 + _norm(b))
-    position, velocity = system.residuals(q, qd, t, p)
-    position_gradient, velocity_gradient = system.residual_gradients(A, rows)
-    finite = jnp.all(jnp.isfinite(qdd)) & jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd))
-    out = dict(
-        qdd=qdd,
-        position_residual=position,
-        velocity_residual=velocity,
-        position_violation=_violation(position, position_gradient, numbers, q - q0, q),
-        velocity_violation=_violation(velocity, velocity_gradient, numbers, qd, qd),
-        constraint_force=force,
-        consistency=consistency,
-        consistent=consistent,
-        finite=finite,
-        state_finite=jnp.all(jnp.isfinite(q)) & jnp.all(jnp.isfinite(qd)),
-    )
-    if loop is not None:
-        out.update(u=loop.u, servo_residual=loop.servo_residual, feasible=jnp.asarray(loop.feasible))
-    return out
-
-
-def _violated(position, velocity, tol=1.0):
-    """The constraints did not hold: a violation (in units of its tolerance, :class:`Solution`) above tol at
-    the last saved time, or, for a start on the constraints, at any saved time."""
-    start_on = (position[0] <= tol) & (velocity[0] <= tol)
-    end_off = (position[-1] > tol) | (velocity[-1] > tol)
-    anywhere_off = jnp.any(position > tol) | jnp.any(velocity > tol)
-    return end_off | (start_on & anywhere_off)
-
-
-def _status(result, start_bad, diag):
-    """The RESULTS code of one scenario from diffrax's result and the diagnostics at the saved times."""
-    R = diffrax.RESULTS
-    # A non-finite acceleration at a state the integrator reached (finite q, q̇) is nonfinite_state even when
-    # the adaptive controller reported it as a step-size collapse.
-    acceleration_bad = jnp.any(diag["state_finite"] & ~jnp.isfinite(diag["qdd"]).all(axis=-1))
-    violated = _violated(diag["position_violation"], diag["velocity_violation"])
-    checks = [
-        (start_bad | (result == R.event_occurred) | acceleration_bad, RESULTS.nonfinite_state),
-        (result == R.max_steps_reached, RESULTS.max_steps_reached),
-        (result != R.successful, RESULTS.step_size_collapse),
-        (~jnp.all(diag["finite"]), RESULTS.nonfinite_state),
-        (~jnp.all(diag["consistent"]), RESULTS.inconsistent_constraints),
-    ]
-    if "feasible" in diag:
-        checks.append((~jnp.all(diag["feasible"]), RESULTS.control_infeasible))
-    checks.append((violated, RESULTS.constraint_violated))
-    status = jnp.asarray(RESULTS.success, jnp.int32)
-    for condition, code in reversed(checks):
-        status = jnp.where(condition, jnp.int32(code), status)
-    return status
 
 
 @contextlib.contextmanager
@@ -618,9 +206,13 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
         progress_meter=diffrax.TqdmProgressMeter() if config.progress else diffrax.NoProgressMeter(),
     )
     q, qd = sol.ys
-    diag = jax.vmap(lambda t, q_, qd_: _diagnostics(system, config, numbers, q_, qd_, t, params, q0))(
-        numbers.ts, q, qd
-    )
+    rtol = _pinv_rtol(config, numbers)
+
+    def diagnose(t, q_, qd_):
+        found = _motion(system, config, numbers, q_, qd_, t, params)
+        return _diagnostics(system, config, numbers, q_, qd_, t, params, q0, found, rtol)
+
+    diag = jax.vmap(diagnose)(numbers.ts, q, qd)
     status = _status(sol.result, start_bad, diag)
 
     per_step, extra = _evals_per_step(config.solver)
@@ -679,217 +271,6 @@ def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
     out = jax.lax.map(lambda chunk: jax.vmap(solve)(*chunk), jax.tree_util.tree_map(split, padded))
     join = lambda x: jnp.reshape(x, (chunks * size, *x.shape[2:]))[:batch]
     return jax.tree_util.tree_map(join, out)
-
-
-# ---------------------------------------------------------------------- options (checked before compiling)
-_OPTIONS = (
-    "t0", "t1", "ts", "solver", "dt0", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
-    "consistency_rtol", "constraint_rtol", "constraint_atol", "saveat", "stepsize_controller", "adjoint",
-    "progress", "throw",
-    "dt",
-)
-
-
-def _options(arguments: dict) -> dict:
-    """The integration options among the arguments of :func:`simulate` / :func:`simulate_batch`."""
-    return {name: arguments[name] for name in _OPTIONS}
-
-
-def _prepare(
-    system,
-    q0,
-    qd0,
-    params,
-    *,
-    batched: bool,
-    batch_params: bool = False,
-    t0,
-    t1,
-    ts,
-    solver,
-    dt0,
-    rtol,
-    atol,
-    max_steps,
-    method,
-    uk_solver,
-    pinv_rtol,
-    consistency_rtol,
-    constraint_rtol,
-    saveat,
-    stepsize_controller,
-    adjoint,
-    progress,
-    throw,
-    dt,
-    constraint_atol=None,
-):
-    """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
-    if dt0 is not None and dt is not None:
-        raise ValueError("give the step as dt0 (or dt, its former name), not both")
-    step_name = "dt" if dt0 is None else "dt0"
-    dt = dt0 if dt0 is not None else dt
-    if saveat is not None:
-        if ts is not None:
-            raise ValueError("give the save times as ts or as saveat, not both")
-        ts = _times_of(saveat, t0, t1)
-    controller = stepsize_controller
-    if controller is not None and not isinstance(controller, diffrax.AbstractStepSizeController):
-        raise TypeError(f"stepsize_controller must be a diffrax step-size controller, got {type(controller)}")
-    fixed_step = controller is None and dt is not None or isinstance(controller, diffrax.ConstantStepSize)
-    if fixed_step and dt is None:
-        raise ValueError("stepsize_controller=diffrax.ConstantStepSize() needs the step: give dt0")
-    if not isinstance(system, System):
-        raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
-    if not float64_enabled():
-        warnings.warn(
-            "ukjax: float64 is not enabled, so this simulation runs in float32 (call ukjax.enable_float64() "
-            "first for accuracy work)",
-            stacklevel=3,
-        )
-    solver = validate.solver(solver, diffrax.Tsit5())
-    q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
-    params = as_params(params)
-    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
-    dtype = q0.dtype
-    if uk_solver not in SOLVERS:
-        raise ValueError(f"uk_solver must be one of {SOLVERS}, got {uk_solver!r}")
-    if method not in dynamics.ACCELERATION_METHODS:
-        raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
-    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
-    t0_value, t1_value = validate.host_float(t0), validate.host_float(t1)
-    t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
-    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
-    dt_value = None if dt is None else validate.host_float(dt)
-    if dt is not None:
-        dt = validate.scalar(dt, step_name, dtype, positive=True)
-        if fixed_step:
-            validate.fixed_step(t0_value, t1_value, dt_value)
-    known = None not in (t0_value, t1_value, dt_value)
-    if max_steps is None:
-        # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
-        # is what the trajectory needs; adaptive or traced times: DEFAULT_MAX_STEPS.
-        fixed_known = fixed_step and known
-        steps = validate.fixed_step_count(t0_value, t1_value, dt_value) if fixed_known else None
-        max_steps = DEFAULT_MAX_STEPS if steps is None else steps + 1
-    if adjoint is None:
-        # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
-        # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
-        # Otherwise diffrax's default binomial checkpointing, O(sqrt(max_steps)) checkpoints.
-        fixed = fixed_step and known
-        adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps if fixed else None)
-    batch = q0.shape[0] if batched else None
-    poisoned = validate.parameters(params, batched=batched and batch_params, batch=batch)
-    if poisoned:
-        warnings.warn("ukjax: " + "; ".join(poisoned) + " (those scenarios get status nonfinite_state)",
-                      stacklevel=3)
-    leaves = jax.tree_util.tree_leaves((q0, qd0, params))
-    if t0_value is not None and all(validate.is_concrete(x) for x in leaves):
-        # Eager even inside a user's jit over other arguments (there, JAX would otherwise trace these calls).
-        with jax.ensure_compile_time_eval():
-            t_start = jnp.asarray(t0_value, dtype)
-            singular = uk_solver in dynamics.SINGULAR_MASS_FORMS
-            if not batched:
-                validate.model_at_start(system, q0, qd0, t_start, params, singular_mass=singular)
-            else:
-                k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
-                if k is not None:
-                    p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
-                    validate.model_at_start(system, q0[k], qd0[k], t_start, p_k, singular_mass=singular)
-    eps = float(jnp.finfo(dtype).eps)
-    if constraint_rtol is None:
-        constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
-    default_atol = max(DEFAULT_CONSTRAINT_ATOL, 1e4 * eps)
-    constraint_atol = validate.coordinate_tolerance(
-        constraint_atol, "constraint_atol", system, default_atol, dtype
-    )
-    if consistency_rtol is None:
-        consistency_rtol = max(DEFAULT_CONSISTENCY_RTOL, math.sqrt(eps))
-    config = _Config(
-        solver=solver,
-        adaptive=not fixed_step,
-        has_dt0=dt is not None,
-        max_steps=max_steps,
-        method=method,
-        uk_solver=uk_solver,
-        default_pinv_rtol=pinv_rtol is None,
-        progress=bool(progress),
-        throw=bool(throw),
-        adjoint=adjoint,
-    )
-    nan = jnp.asarray(math.nan, t0.dtype)
-    numbers = _Numbers(
-        ts=ts,
-        t0=t0,
-        t1=t1,
-        dt=nan if dt is None else dt,
-        rtol=validate.scalar(rtol, "rtol", dtype, positive=True),
-        atol=validate.scalar(atol, "atol", dtype, positive=True),
-        pinv_rtol=nan if pinv_rtol is None else validate.scalar(pinv_rtol, "pinv_rtol", dtype, positive=True),
-        consistency_rtol=validate.scalar(consistency_rtol, "consistency_rtol", dtype, positive=True),
-        constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, nonnegative=True),
-        controller=controller,
-        constraint_atol=constraint_atol,
-    )
-    return config, numbers, q0, qd0, params
-
-
-def _batched_by_spec(params, spec, batch: int | None):
-    """``params`` with every leaf batched: leaves that ``spec`` marks shared (False/None) are broadcast to
-    (batch, ...), those it marks batched (True/0) are checked to have the batch axis first."""
-    if batch is None:
-        raise ValueError("q0 must have shape (batch, n) for simulate_batch")
-    flag_leaf = lambda x: x is None or isinstance(x, (bool, int, np.bool_))
-
-    def apply(prefix, flag, subtree):
-        if isinstance(flag, (bool, np.bool_)):
-            batched = bool(flag)
-        elif flag is None or (isinstance(flag, int) and flag == 0):
-            batched = flag == 0
-        else:
-            raise ValueError(f"batch_params: a leaf of the spec must be True/0 (batched) or False/None "
-                             f"(shared), got {flag!r}")
-
-        def one(path, x):
-            validate.numeric_parameter(f"params{jax.tree_util.keystr(prefix + path)}", x)
-            x = jnp.asarray(x)
-            if not batched:
-                return jnp.broadcast_to(x, (batch, *x.shape))
-            if x.ndim == 0 or x.shape[0] != batch:
-                name = f"params{jax.tree_util.keystr(prefix + path)}"
-                raise ValueError(f"batch_params marks {name} as batched, but its shape {x.shape} does not "
-                                 f"start with the batch size {batch}")
-            return x
-
-        return jax.tree_util.tree_map_with_path(one, subtree)
-
-    try:
-        return jax.tree_util.tree_map_with_path(apply, spec, params, is_leaf=flag_leaf)
-    except (TypeError, ValueError) as error:
-        if "batch_params" in str(error):
-            raise
-        raise ValueError(f"batch_params must be a bool or a pytree prefix of params: {error}") from None
-
-
-def _times_of(saveat, t0, t1):
-    """The save times of a ``diffrax.SaveAt`` made of ``ts``, ``t0`` and ``t1`` (in the order t0, ts, t1)."""
-    if not isinstance(saveat, diffrax.SaveAt):
-        raise TypeError(f"saveat must be a diffrax.SaveAt, got {type(saveat).__name__}")
-    sub = saveat.subs
-    plain = diffrax.SaveAt(t1=True).subs
-    if (not isinstance(sub, diffrax.SubSaveAt) or sub.steps or sub.fn is not plain.fn or saveat.dense
-            or saveat.solver_state or saveat.controller_state or saveat.made_jump):
-        raise ValueError(
-            "saveat: ukjax computes its diagnostics at fixed save times, so only SaveAt(ts=..., t0=..., "
-            "t1=...) is supported (not steps, dense, fn, subs or solver/controller state)"
-        )
-    parts = ([jnp.reshape(jnp.asarray(t0, float), (1,))] if sub.t0 else []) + (
-        [jnp.asarray(sub.ts)] if sub.ts is not None else []
-    ) + ([jnp.reshape(jnp.asarray(t1, float), (1,))] if sub.t1 else [])
-    if not parts:
-        raise ValueError("saveat saves nothing: give ts, t0=True or t1=True")
-    return jnp.concatenate([jnp.ravel(x) for x in parts])
 
 
 def simulate(
@@ -996,8 +377,7 @@ def simulate(
     progress, throw, shapes): a second call that changes only numbers (q0, params, tolerances, and t1 or dt
     when ``max_steps`` is given) does not recompile.
     """
-    options = _options(locals())
-    config, numbers, q0, qd0, params = _prepare(system, q0, qd0, params, batched=False, **options)
+    config, numbers, q0, qd0, params, _ = _arguments(locals(), batched=False)
     return _run(_simulate_one, system, config, numbers, q0, qd0, params)
 
 
@@ -1054,26 +434,5 @@ def simulate_batch(
     same result as in one ``vmap`` (the computation per scenario is the same); only speed and memory
     change. With several chunks a progress bar (``progress=True``) runs once per chunk.
     """
-    options = _options(locals())
-    chunk_size = _chunk_size(chunk_size)
-    if not isinstance(batch_params, bool):
-        params = _batched_by_spec(params, batch_params, np.shape(q0)[0] if np.ndim(q0) == 2 else None)
-        batch_params = True
-    config, numbers, q0, qd0, params = _prepare(
-        system, q0, qd0, params, batched=True, batch_params=batch_params, **options
-    )
-    if not batch_params:
-        # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
-        params = _batched_by_spec(params, False, q0.shape[0])
+    config, numbers, q0, qd0, params, chunk_size = _arguments(locals(), batched=True)
     return _run(_simulate_many, system, config, numbers, q0, qd0, params, chunk_size)
-
-
-def _chunk_size(chunk_size) -> int | None:
-    """The chunk size of :func:`simulate_batch` (None: the whole batch) from its ``chunk_size`` argument."""
-    if isinstance(chunk_size, str) and chunk_size == "auto":
-        return DEFAULT_CPU_CHUNK if jax.default_backend() == "cpu" else None
-    if chunk_size is None:
-        return None
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be 'auto', None or an int >= 1, got {chunk_size!r}")
-    return int(chunk_size)

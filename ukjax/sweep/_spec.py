@@ -59,8 +59,9 @@ import jax
 import numpy as np
 import tomllib
 
+from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL, DEFAULT_CONSTRAINT_RTOL
 from ukjax.dynamics import ACCELERATION_METHODS
-from ukjax.simulation import DEFAULT_CONSISTENCY_RTOL, DEFAULT_CONSTRAINT_RTOL, DEFAULT_MAX_STEPS
+from ukjax.options import DEFAULT_MAX_STEPS, OPTION_DEFAULTS, STATIC_OPTIONS
 
 DISTRIBUTIONS = {
     "uniform": ({"low", "high"}, set()),
@@ -72,31 +73,24 @@ DISTRIBUTIONS = {
 }
 """kind -> (required fields, optional fields)."""
 
-STATIC_INTEGRATOR = ("method", "solver", "uk_solver", "max_steps")
-"""Integrator options that change the compiled program (a grid over them: one compile per value)."""
-NUMBER_INTEGRATOR = (
-    "t1",
-    "dt",
-    "rtol",
-    "atol",
-    "pinv_rtol",
-    "consistency_rtol",
-    "constraint_rtol",
-    "constraint_atol",
+_GRID_OPTIONS = (
+    "method", "solver", "uk_solver", "max_steps",
+    "t1", "dt", "rtol", "atol", "pinv_rtol", "consistency_rtol", "constraint_rtol", "constraint_atol",
 )
+STATIC_INTEGRATOR = tuple(option for option in _GRID_OPTIONS if option in STATIC_OPTIONS)
+"""Integrator options that change the compiled program (a grid over them: one compile per value)."""
+NUMBER_INTEGRATOR = tuple(option for option in _GRID_OPTIONS if option not in STATIC_OPTIONS)
 """Integrator options that are traced numbers (a grid over them reuses the compiled program)."""
 INTEGRATOR_DEFAULTS = {
-    "t0": 0.0,
-    "dt": None,
-    "rtol": 1e-8,
-    "atol": 1e-8,
+    option: OPTION_DEFAULTS[option]
+    for option in ("t0", "dt", "rtol", "atol", "max_steps", "method", "uk_solver", "pinv_rtol",
+                   "consistency_rtol", "constraint_rtol", "constraint_atol", "solver")
+} | {
+    # Where simulate's default is None, chosen at the call (from the step, the dtype), a spec holds a value:
+    # the float64 one, and the solver by name. The keys keep the order above (the manifest's).
     "max_steps": DEFAULT_MAX_STEPS,
-    "method": "ldl",
-    "uk_solver": "uk",
-    "pinv_rtol": None,
     "consistency_rtol": DEFAULT_CONSISTENCY_RTOL,
     "constraint_rtol": DEFAULT_CONSTRAINT_RTOL,
-    "constraint_atol": None,
     "solver": "Tsit5",
     "num_saves": 101,
 }

@@ -1,0 +1,366 @@
+"""The options of :func:`~ukjax.simulation.simulate` and :func:`~ukjax.simulation.simulate_batch`: their
+defaults, the checks made on the host before anything is compiled, and their split into the program's
+static configuration and its traced numbers.
+
+Both functions hand their arguments to :func:`_arguments`, the one path from what the user gave to what the
+compiled program takes:
+
+* every argument is checked on the host (``ukjax._validation``): a wrong shape, dtype, span, step or
+  tolerance, or a model that fails at the initial state, raises ``ValueError`` naming it before compiling;
+* defaults that depend on the call are chosen: the step budget (for a fixed step exactly the steps the
+  span needs), the adjoint's checkpoints, the tolerances of the status in the state's dtype (the defaults
+  of :mod:`ukjax.diagnostics`);
+* what changes the compiled program goes into :class:`_Config` (static, hashable: the jit cache key) and
+  every other number into :class:`_Numbers` (traced: a new value does not recompile);
+* for a batch, ``batch_params`` is applied and shared parameters are broadcast, so that shared and
+  per-scenario parameters use one compiled program, and ``chunk_size`` is resolved.
+
+:data:`OPTION_DEFAULTS` is the table of the options and their defaults, as the two signatures give them, and
+:data:`STATIC_OPTIONS` those that change the compiled program; the sweep spec (``ukjax.sweep``) takes its
+integrator defaults, and which of its options compile a new program, from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ukjax import _validation as validate
+from ukjax import dynamics
+from ukjax._config import float64_enabled
+from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL, DEFAULT_CONSTRAINT_ATOL, DEFAULT_CONSTRAINT_RTOL
+from ukjax.system import SOLVERS, System
+
+DEFAULT_NUM_SAVES = 201
+"""Number of evenly spaced save times when ``ts`` is not given."""
+
+DEFAULT_MAX_STEPS = 65536
+"""Step budget when ``max_steps`` is ``None`` and the step count is not known on the host (adaptive steps,
+or a span or step that is traced); a fixed step over a known span gets exactly the steps it needs."""
+
+DEFAULT_CPU_CHUNK = 256
+"""Scenarios per chunk of :func:`~ukjax.simulation.simulate_batch` on CPU (``chunk_size="auto"``).
+
+Under ``vmap`` every intermediate of an integration step is an array over the batch, hundreds of them alive;
+past a few hundred scenarios they no longer fit the CPU caches. SCARA, fixed-step Tsit5, 200 steps, CPU
+seconds per scenario-step on one core of the 2-core CPU (load ~3.5; ``benchmarks/throughput.py``): 1024
+scenarios in one ``vmap`` 2.73 µs, in chunks of 512 / 256 / 128 / 64: 2.67 / 2.36 / 2.31 / 2.69 µs; 8192
+scenarios in one ``vmap`` 4.23 µs, in chunks of 2048 / 1024 / 256: 3.74 / 2.70 / 2.33 µs. On an accelerator
+the whole batch is one ``vmap`` (it wants large batches)."""
+
+
+OPTION_DEFAULTS = {
+    "t0": 0.0, "ts": None, "solver": None, "dt0": None, "rtol": 1e-8, "atol": 1e-8, "max_steps": None,
+    "method": "ldl", "uk_solver": "uk", "pinv_rtol": None, "consistency_rtol": None, "constraint_rtol": None,
+    "constraint_atol": None, "saveat": None, "stepsize_controller": None, "adjoint": None, "progress": False,
+    "throw": False, "dt": None,
+}
+"""The keyword options of :func:`~ukjax.simulation.simulate` and their defaults, as its signature (and that of
+:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params`` and ``chunk_size``) gives them; ``t1``
+is required. ``None`` stands for a value chosen at the call (from the dtype, the step, the span)."""
+
+_OPTIONS = ("t1", *OPTION_DEFAULTS)
+
+
+def as_params(params):
+    """``params`` with every floating leaf a strongly typed JAX array of its own dtype (Python floats in the
+    default float dtype); other leaves unchanged.
+
+    ``jnp.array(1.0)`` and Python floats are *weakly typed*: a ``jax.jit`` compiled for them is compiled
+    again when the same leaves come back strongly typed, e.g. after an optax update (three compilations of a
+    tuning step instead of one). :func:`~ukjax.simulation.simulate` and :mod:`ukjax.tune` normalize their
+    parameters with this function; call it on parameters you pass to your own jitted functions.
+    """
+
+    def strong(x):
+        if isinstance(x, float) or (
+            isinstance(x, jax.Array | np.ndarray | np.floating) and np.issubdtype(x.dtype, np.inexact)
+        ):
+            return jnp.asarray(x, dtype=jnp.result_type(x))
+        return x  # integers, booleans, and what the input checks refuse by name (strings)
+
+    return jax.tree_util.tree_map(strong, params)
+
+
+# ---------------------------------------------------------------------- configuration (static under jit)
+class _Config(eqx.Module):
+    """Everything that changes the compiled program; hashable, so jit caches one program per configuration."""
+
+    solver: Any = eqx.field(static=True)
+    adaptive: bool = eqx.field(static=True)
+    has_dt0: bool = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    method: str = eqx.field(static=True)
+    uk_solver: str = eqx.field(static=True)
+    default_pinv_rtol: bool = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
+    adjoint: Any = eqx.field(static=True)
+
+
+STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
+"""The options whose value is part of the compiled program (fields of :class:`_Config`): a new value
+compiles a new program. The other options become traced numbers (:class:`_Numbers`), and a new value of one
+does not recompile unless it switches between ``None`` and a value (``dt0``, ``pinv_rtol``), changes a
+shape (``ts``, ``saveat``), changes the step budget that ``max_steps=None`` takes from a fixed step's span
+(``t0``, ``t1``, ``dt0``), or is a ``stepsize_controller`` holding numbers that are not JAX arrays."""
+
+
+class _Numbers(eqx.Module):
+    """Every number that does not change the compiled program: traced, so changing it does not recompile."""
+
+    ts: jax.Array
+    t0: jax.Array
+    t1: jax.Array
+    dt: jax.Array
+    rtol: jax.Array
+    atol: jax.Array
+    pinv_rtol: jax.Array
+    consistency_rtol: jax.Array
+    constraint_rtol: jax.Array
+    controller: Any = None  # a user's stepsize_controller: its arrays traced, its other fields static
+    constraint_atol: Any = None  # (n,) per-coordinate absolute tolerance of the status (see Solution)
+
+
+def _pinv_rtol(config, numbers):
+    return None if config.default_pinv_rtol else numbers.pinv_rtol
+
+
+# ---------------------------------------------------------------------- options (checked before compiling)
+def _arguments(arguments: dict, *, batched: bool):
+    """The arguments of :func:`~ukjax.simulation.simulate` (``batched=False``) or
+    :func:`~ukjax.simulation.simulate_batch` (``batched=True``), their ``locals()``, checked and prepared for
+    the compiled program: (config, numbers, q0, qd0, params, chunk size). A batch's parameters come out with
+    the batch axis on every leaf."""
+    system, q0, qd0, params = (arguments[name] for name in ("system", "q0", "qd0", "params"))
+    options = {name: arguments[name] for name in _OPTIONS}
+    chunk_size = _chunk_size(arguments["chunk_size"]) if batched else None
+    batch_params = arguments.get("batch_params", False)
+    if not isinstance(batch_params, bool):
+        params = _batched_by_spec(params, batch_params, np.shape(q0)[0] if np.ndim(q0) == 2 else None)
+        batch_params = True
+    config, numbers, q0, qd0, params = _prepare(
+        system, q0, qd0, params, batched=batched, batch_params=batch_params, **options
+    )
+    if batched and not batch_params:
+        # Shared parameters are broadcast, so shared and per-scenario parameters use one compiled program.
+        params = _batched_by_spec(params, False, q0.shape[0])
+    return config, numbers, q0, qd0, params, chunk_size
+
+
+def _prepare(
+    system,
+    q0,
+    qd0,
+    params,
+    *,
+    batched: bool,
+    batch_params: bool = False,
+    t0,
+    t1,
+    ts,
+    solver,
+    dt0,
+    rtol,
+    atol,
+    max_steps,
+    method,
+    uk_solver,
+    pinv_rtol,
+    consistency_rtol,
+    constraint_rtol,
+    saveat,
+    stepsize_controller,
+    adjoint,
+    progress,
+    throw,
+    dt,
+    constraint_atol=None,
+):
+    """Check every argument on the host (``ukjax._validation``) and split them into config and numbers."""
+    if dt0 is not None and dt is not None:
+        raise ValueError("give the step as dt0 (or dt, its former name), not both")
+    step_name = "dt" if dt0 is None else "dt0"
+    dt = dt0 if dt0 is not None else dt
+    if saveat is not None:
+        if ts is not None:
+            raise ValueError("give the save times as ts or as saveat, not both")
+        ts = _times_of(saveat, t0, t1)
+    controller = stepsize_controller
+    if controller is not None and not isinstance(controller, diffrax.AbstractStepSizeController):
+        raise TypeError(f"stepsize_controller must be a diffrax step-size controller, got {type(controller)}")
+    fixed_step = controller is None and dt is not None or isinstance(controller, diffrax.ConstantStepSize)
+    if fixed_step and dt is None:
+        raise ValueError("stepsize_controller=diffrax.ConstantStepSize() needs the step: give dt0")
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a ukjax.system.System, got {type(system).__name__}")
+    # The warnings below name the user's call: stacklevel 4 = _prepare, _arguments, simulate(_batch), caller.
+    if not float64_enabled():
+        warnings.warn(
+            "ukjax: float64 is not enabled, so this simulation runs in float32 (call ukjax.enable_float64() "
+            "first for accuracy work)",
+            stacklevel=4,
+        )
+    solver = validate.solver(solver, diffrax.Tsit5())
+    q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
+    params = as_params(params)
+    # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
+    dtype = q0.dtype
+    if uk_solver not in SOLVERS:
+        raise ValueError(f"uk_solver must be one of {SOLVERS}, got {uk_solver!r}")
+    if method not in dynamics.ACCELERATION_METHODS:
+        raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    t0_value, t1_value = validate.host_float(t0), validate.host_float(t1)
+    t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
+    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
+    dt_value = None if dt is None else validate.host_float(dt)
+    if dt is not None:
+        dt = validate.scalar(dt, step_name, dtype, positive=True)
+        if fixed_step:
+            validate.fixed_step(t0_value, t1_value, dt_value)
+    known = None not in (t0_value, t1_value, dt_value)
+    if max_steps is None:
+        # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
+        # is what the trajectory needs; adaptive or traced times: DEFAULT_MAX_STEPS.
+        fixed_known = fixed_step and known
+        steps = validate.fixed_step_count(t0_value, t1_value, dt_value) if fixed_known else None
+        max_steps = DEFAULT_MAX_STEPS if steps is None else steps + 1
+    if adjoint is None:
+        # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
+        # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
+        # Otherwise diffrax's default binomial checkpointing, O(sqrt(max_steps)) checkpoints.
+        fixed = fixed_step and known
+        adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps if fixed else None)
+    batch = q0.shape[0] if batched else None
+    poisoned = validate.parameters(params, batched=batched and batch_params, batch=batch)
+    if poisoned:
+        warnings.warn("ukjax: " + "; ".join(poisoned) + " (those scenarios get status nonfinite_state)",
+                      stacklevel=4)
+    leaves = jax.tree_util.tree_leaves((q0, qd0, params))
+    if t0_value is not None and all(validate.is_concrete(x) for x in leaves):
+        # Eager even inside a user's jit over other arguments (there, JAX would otherwise trace these calls).
+        with jax.ensure_compile_time_eval():
+            t_start = jnp.asarray(t0_value, dtype)
+            singular = uk_solver in dynamics.SINGULAR_MASS_FORMS
+            if not batched:
+                validate.model_at_start(system, q0, qd0, t_start, params, singular_mass=singular)
+            else:
+                k = validate.first_finite_scenario(q0, qd0, params if batch_params else None)
+                if k is not None:
+                    p_k = jax.tree_util.tree_map(lambda x: x[k], params) if batch_params else params
+                    validate.model_at_start(system, q0[k], qd0[k], t_start, p_k, singular_mass=singular)
+    eps = float(jnp.finfo(dtype).eps)
+    if constraint_rtol is None:
+        constraint_rtol = max(DEFAULT_CONSTRAINT_RTOL, 1e4 * eps)
+    default_atol = max(DEFAULT_CONSTRAINT_ATOL, 1e4 * eps)
+    constraint_atol = validate.coordinate_tolerance(
+        constraint_atol, "constraint_atol", system, default_atol, dtype
+    )
+    if consistency_rtol is None:
+        consistency_rtol = max(DEFAULT_CONSISTENCY_RTOL, math.sqrt(eps))
+    config = _Config(
+        solver=solver,
+        adaptive=not fixed_step,
+        has_dt0=dt is not None,
+        max_steps=max_steps,
+        method=method,
+        uk_solver=uk_solver,
+        default_pinv_rtol=pinv_rtol is None,
+        progress=bool(progress),
+        throw=bool(throw),
+        adjoint=adjoint,
+    )
+    nan = jnp.asarray(math.nan, t0.dtype)
+    numbers = _Numbers(
+        ts=ts,
+        t0=t0,
+        t1=t1,
+        dt=nan if dt is None else dt,
+        rtol=validate.scalar(rtol, "rtol", dtype, positive=True),
+        atol=validate.scalar(atol, "atol", dtype, positive=True),
+        pinv_rtol=nan if pinv_rtol is None else validate.scalar(pinv_rtol, "pinv_rtol", dtype, positive=True),
+        consistency_rtol=validate.scalar(consistency_rtol, "consistency_rtol", dtype, positive=True),
+        constraint_rtol=validate.scalar(constraint_rtol, "constraint_rtol", dtype, nonnegative=True),
+        controller=controller,
+        constraint_atol=constraint_atol,
+    )
+    return config, numbers, q0, qd0, params
+
+
+def _batched_by_spec(params, spec, batch: int | None):
+    """``params`` with every leaf batched: leaves that ``spec`` marks shared (False/None) are broadcast to
+    (batch, ...), those it marks batched (True/0) are checked to have the batch axis first."""
+    if batch is None:
+        raise ValueError("q0 must have shape (batch, n) for simulate_batch")
+    flag_leaf = lambda x: x is None or isinstance(x, (bool, int, np.bool_))
+
+    def apply(prefix, flag, subtree):
+        if isinstance(flag, (bool, np.bool_)):
+            batched = bool(flag)
+        elif flag is None or (isinstance(flag, int) and flag == 0):
+            batched = flag == 0
+        else:
+            raise ValueError(f"batch_params: a leaf of the spec must be True/0 (batched) or False/None "
+                             f"(shared), got {flag!r}")
+
+        def one(path, x):
+            validate.numeric_parameter(f"params{jax.tree_util.keystr(prefix + path)}", x)
+            x = jnp.asarray(x)
+            if not batched:
+                return jnp.broadcast_to(x, (batch, *x.shape))
+            if x.ndim == 0 or x.shape[0] != batch:
+                name = f"params{jax.tree_util.keystr(prefix + path)}"
+                raise ValueError(f"batch_params marks {name} as batched, but its shape {x.shape} does not "
+                                 f"start with the batch size {batch}")
+            return x
+
+        return jax.tree_util.tree_map_with_path(one, subtree)
+
+    try:
+        return jax.tree_util.tree_map_with_path(apply, spec, params, is_leaf=flag_leaf)
+    except (TypeError, ValueError) as error:
+        if "batch_params" in str(error):
+            raise
+        raise ValueError(f"batch_params must be a bool or a pytree prefix of params: {error}") from None
+
+
+def _times_of(saveat, t0, t1):
+    """The save times of a ``diffrax.SaveAt`` made of ``ts``, ``t0`` and ``t1`` (in the order t0, ts, t1)."""
+    if not isinstance(saveat, diffrax.SaveAt):
+        raise TypeError(f"saveat must be a diffrax.SaveAt, got {type(saveat).__name__}")
+    sub = saveat.subs
+    plain = diffrax.SaveAt(t1=True).subs
+    if (not isinstance(sub, diffrax.SubSaveAt) or sub.steps or sub.fn is not plain.fn or saveat.dense
+            or saveat.solver_state or saveat.controller_state or saveat.made_jump):
+        raise ValueError(
+            "saveat: ukjax computes its diagnostics at fixed save times, so only SaveAt(ts=..., t0=..., "
+            "t1=...) is supported (not steps, dense, fn, subs or solver/controller state)"
+        )
+    parts = ([jnp.reshape(jnp.asarray(t0, float), (1,))] if sub.t0 else []) + (
+        [jnp.asarray(sub.ts)] if sub.ts is not None else []
+    ) + ([jnp.reshape(jnp.asarray(t1, float), (1,))] if sub.t1 else [])
+    if not parts:
+        raise ValueError("saveat saves nothing: give ts, t0=True or t1=True")
+    return jnp.concatenate([jnp.ravel(x) for x in parts])
+
+
+def _chunk_size(chunk_size) -> int | None:
+    """The chunk size of :func:`~ukjax.simulation.simulate_batch` (None: the whole batch) from its
+    ``chunk_size`` argument."""
+    if isinstance(chunk_size, str) and chunk_size == "auto":
+        return DEFAULT_CPU_CHUNK if jax.default_backend() == "cpu" else None
+    if chunk_size is None:
+        return None
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be 'auto', None or an int >= 1, got {chunk_size!r}")
+    return int(chunk_size)
