@@ -217,7 +217,9 @@ def test_uk_float32_keeps_real_directions():
     """float32, A with σ = (1, 1.2e-3, 0), M = I, consistent b with comparable components along both
     directions: the Cholesky form's old float32 cut (10 max(m, n) eps on G, σ/σ₁ ≈ 3.5e-3) dropped the
     second direction and left A q̈ = b broken by 71 %; gram_rtol's float32 value (3 max(m, n) eps, σ/σ₁ ≈ 1e-3)
-    keeps it: residual ≤ 1 % (measured 0.3 %: cond(B)² eps32 ≈ 0.08 bounds the error of that component)."""
+    keeps it: residual ≤ 8 %, the bound cond(B)² eps32 ≈ 0.08 on the error of that component (measured 1.5 %
+    with G = WᵀW from W = L⁻¹Aᵀ, 0.3 % with the former G = A(M⁻¹Aᵀ); over 200 random such cases the two
+    orders have medians 1.1 % and 1.5 %: rounding, not a loss of accuracy). Dropping the direction: 71 %."""
     rng = np.random.default_rng(0)
     U, _ = np.linalg.qr(rng.normal(size=(3, 3)))
     V, _ = np.linalg.qr(rng.normal(size=(3, 3)))
@@ -228,7 +230,7 @@ def test_uk_float32_keeps_real_directions():
     for rtol, ok in ((None, True), (10 * 3 * float(np.finfo(np.float32).eps), False)):
         qdd = np.asarray(ukjax.uk_acceleration(*args, rtol=rtol), np.float64)
         residual = np.linalg.norm(A @ qdd - b) / np.linalg.norm(b)
-        assert (residual <= 1e-2) == ok, (rtol, residual)
+        assert (residual <= 0.08) == ok, (rtol, residual)
 
 
 @pytest.mark.parametrize("method", ACCELERATION_METHODS)
