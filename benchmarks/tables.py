@@ -118,6 +118,33 @@ def throughput() -> str:
     return table(header, rows, ["---:"] * 6)
 
 
+USER_MODEL_RUNS = ("throughput-user-model-cpu-n256.json", "throughput-user-model-cpu-n1024.json")
+USER_MODEL_CONTENDERS = ("ukjax_user_scara", "naive_jax_user_scara", "ukjax_scara", "naive_jax_scara")
+
+
+def user_model() -> str:
+    """The SCARA written plainly by a user and the shipped one, ukjax against an independent naive JAX
+    program on each, RK4 and Tsit5: scenario-steps per second (medians of interleaved rounds)."""
+    rows = []
+    for name in USER_MODEL_RUNS:
+        data = load(name)
+        load_average = data["uptime_before"].split("load average: ")[1].split(",")[0]
+        after = data["uptime_after"].split("load average: ")[1].split(",")[0]
+        for row in data["rows"]:
+            rate = {c: row[c]["scenario_steps_per_s"] for c in USER_MODEL_CONTENDERS}
+            rows.append([
+                str(row["batch"]), row["solver"],
+                *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[:2]),
+                bold(times(rate["ukjax_user_scara"] / rate["naive_jax_user_scara"])),
+                *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[2:]),
+                times(rate["ukjax_scara"] / rate["naive_jax_scara"]),
+                f"{load_average}–{after}",
+            ])
+    header = ["scenarios", "solver", "ukjax, user model", "naive JAX, user model", "ratio",
+              "ukjax, shipped model", "naive JAX, shipped model", "ratio", "load"]
+    return table(header, rows, ["---:", "---"] + ["---:"] * 7)
+
+
 def default_method() -> str:
     """The default generalized inverse (diagonal-pivoted LDLᵀ) against the unpivoted LDLᵀ it replaced."""
     data = load("default-method-ab-cpu.json")
@@ -392,6 +419,7 @@ def tune_gradient() -> str:
 
 
 TABLES: dict[str, Callable[[], str]] = {
+    "user-model": user_model,
     "throughput": throughput,
     "default-method": default_method,
     "scaling": scaling,
