@@ -10,6 +10,16 @@ from ukjax._io import environment as environment  # noqa: F401  (re-exported for
 from ukjax._io import write_json as write_json  # noqa: F401
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: the studies write their figures to files and open no window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig, path) -> str:
     """Lay out, write (PNG, 120 dpi) and close a matplotlib figure; returns the path as a string."""
     import matplotlib.pyplot as plt

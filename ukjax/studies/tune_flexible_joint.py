@@ -41,6 +41,7 @@ from ukjax.studies._common import (
     fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
     scale_uniformly,
     train_and_heldout,
@@ -190,10 +191,7 @@ def run(args) -> dict:
 
 
 def _figures(out, result, before, after, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     history = result.history

@@ -45,6 +45,7 @@ from ukjax.studies._common import (
     fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
     train_and_heldout,
     write_json,
@@ -383,10 +384,7 @@ def _print(rows, tail, comparison):
 
 
 def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, after, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     history = result.history

@@ -34,6 +34,7 @@ from ukjax.studies._common import (
     fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
     scale_uniformly,
     train_and_heldout,
@@ -214,10 +215,7 @@ def _landscape(system, space, batch, obj, options, n):
 
 
 def _figures(out, fits, curve, grid, before, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     fig, ax = plt.subplots(figsize=(6, 4.2))
