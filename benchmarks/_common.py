@@ -6,6 +6,9 @@ describe the machine the same way; it adds the exact jaxlib version and the devi
 
 from __future__ import annotations
 
+import os
+import resource
+import time
 from pathlib import Path
 
 import jax
@@ -25,3 +28,28 @@ def machine_info() -> dict:
 def write_results(path, payload: dict) -> Path:
     """Write ``payload`` as indented JSON to ``path``, adding :func:`machine_info` as ``"environment"``."""
     return write_json(path, {**payload, "environment": machine_info()})
+
+
+def cpu_seconds() -> float:
+    """User plus system CPU time of this process so far (s)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class RunMeter:
+    """The load average, CPU time and wall time of a whole benchmark run, from when the meter is made."""
+
+    def __init__(self):
+        self.load_before = os.getloadavg()
+        self.cpu_start = cpu_seconds()
+        self.wall_start = time.perf_counter()
+
+    def record(self) -> dict:
+        """The payload entries ``load_average_before``, ``load_average_after`` (now), ``cpu_s`` and ``wall_s``
+        (both since the meter was made)."""
+        return {
+            "load_average_before": self.load_before,
+            "load_average_after": os.getloadavg(),
+            "cpu_s": cpu_seconds() - self.cpu_start,
+            "wall_s": time.perf_counter() - self.wall_start,
+        }

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ from ukjax.models import chain, scara
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import RunMeter, cpu_seconds, write_results  # noqa: E402
 from throughput import machine_tag, source_state  # noqa: E402
 
 SOLVERS = {
@@ -50,11 +49,6 @@ SOLVERS = {
     "Heun": (diffrax.Heun, 2, 2),
     "Euler": (diffrax.Euler, 1, 1),
 }
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def workload(name, scenarios, seed):
@@ -107,10 +101,10 @@ def measure(name, args, progress):
     finals = {}
     for r in range(args.rounds):
         for solver, fn in compiled.items():
-            wall, cpu = time.perf_counter(), _cpu()
+            wall, cpu = time.perf_counter(), cpu_seconds()
             finals[solver] = jax.block_until_ready(fn(q0s, qd0s, params))
             walls[solver].append(time.perf_counter() - wall)
-            cpus[solver].append(_cpu() - cpu)
+            cpus[solver].append(cpu_seconds() - cpu)
             progress(f"{name} round {r + 1}/{args.rounds}: {solver} {walls[solver][-1]:.2f} s")
     rows = {}
     for solver in args.solvers:
@@ -190,7 +184,7 @@ def main(argv=None):
     out = Path(
         args.out or Path(__file__).parent / "results" / f"integrators-{machine_tag(environment())}.json"
     )
-    load_before, cpu_start, wall_start = os.getloadavg(), _cpu(), time.perf_counter()
+    meter = RunMeter()
     results = []
     for name in tqdm(args.workloads, unit="workload"):
         results.append(measure(name, args, tqdm.write))
@@ -202,16 +196,13 @@ def main(argv=None):
         "System.residuals",
         "config": vars(args) | {"out": str(out)},
         "source": source_state(),
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "cpu_s": _cpu() - cpu_start,
-        "wall_s": time.perf_counter() - wall_start,
+        **meter.record(),
         "results": results,
         "table_markdown": table,
     }
     write_results(out, payload)
     out.with_suffix(".md").write_text(table)
-    print(f"wrote {out} (load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f})")
+    print(f"wrote {out} (load average before {meter.load_before[0]:.2f}, after {os.getloadavg()[0]:.2f})")
     return payload
 
 

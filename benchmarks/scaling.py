@@ -59,7 +59,6 @@ import argparse
 import dataclasses
 import math
 import os
-import resource
 import statistics
 import sys
 import time
@@ -76,16 +75,11 @@ from ukjax.models import chain
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import RunMeter, cpu_seconds, write_results  # noqa: E402
 from throughput import machine_tag, source_state  # noqa: E402
 
 UKJAX_SOLVERS = {"tsit5": diffrax.Tsit5, "bosh3": diffrax.Bosh3, "heun": diffrax.Heun, "rk4": ukjax.RK4}
 FAMILIES = ("pinned", "redundant")
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def copies_of(family: str, links: int) -> int:
@@ -391,10 +385,10 @@ def measure_size(links, family, args, progress):
     finals = {}
     for r in range(args.rounds):
         for name, (run, _) in contenders.items():
-            wall, cpu = time.perf_counter(), _cpu()
+            wall, cpu = time.perf_counter(), cpu_seconds()
             out = jax.block_until_ready(run(planned[name][0]))
             walls[name].append(time.perf_counter() - wall)
-            cpus[name].append(_cpu() - cpu)
+            cpus[name].append(cpu_seconds() - cpu)
             finals[name] = out
             progress(f"k={links} {family} round {r + 1}/{args.rounds}: {name} {walls[name][-1]:.2f} s")
     rows = {}
@@ -527,9 +521,9 @@ def model_building(links, args, progress):
     cpu = {name: [] for name in parts}
     for _ in range(5):  # interleaved; the process's CPU time is robust to the load of a shared machine
         for name, run in loops.items():
-            start = _cpu()
+            start = cpu_seconds()
             run()
-            cpu[name].append(_cpu() - start)
+            cpu[name].append(cpu_seconds() - start)
     out = {}
     for name in parts:
         out[name] = min(cpu[name]) / args.model_reps / args.model_batch * 1e9
@@ -695,7 +689,7 @@ def main(argv=None):
         )
     from tqdm import tqdm
 
-    load_before, cpu_start, wall_start = os.getloadavg(), _cpu(), time.perf_counter()
+    meter = RunMeter()
     bar = tqdm(total=len(args.sizes) * len(args.families) + len(args.model_sizes or []), unit="size")
     progress = lambda text: tqdm.write(text)
     from ukjax.studies._common import environment
@@ -720,10 +714,7 @@ def main(argv=None):
             "note": args.note,
             "config": vars(args) | {"out": str(out)},
             "source": source_state(),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-            "cpu_s": _cpu() - cpu_start,
-            "wall_s": time.perf_counter() - wall_start,
+            **meter.record(),
             "rows": rows,
             "model_building_ns_per_scenario_eval": {str(k): v for k, v in model_rows.items()},
             "table_markdown": table,
@@ -751,7 +742,7 @@ def main(argv=None):
     payload = save(complete=True)
     print(payload["table_markdown"])
     print(
-        f"wrote {out} and {out.with_suffix('.md')} (load average before {load_before[0]:.2f}, "
+        f"wrote {out} and {out.with_suffix('.md')} (load average before {meter.load_before[0]:.2f}, "
         f"after {os.getloadavg()[0]:.2f})"
     )
     return payload

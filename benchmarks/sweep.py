@@ -176,12 +176,9 @@ def run_child(args, count: int) -> dict:
 
 
 def figure(result: dict, path: Path) -> None:
-    import matplotlib
+    from ukjax.studies._common import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ukjax.studies._common import save_figure
+    plt = pyplot()
 
     rows = [r for r in result["devices"] if "error" not in r]
     d = np.array([r["devices"] for r in rows])

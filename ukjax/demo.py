@@ -152,10 +152,9 @@ def _phase(number: int, text: str) -> float:
 
 
 def _figures(out: Path, ts, path_error, phi_norm, paths, desired, ok, args, dt, helix) -> list[str]:
-    import matplotlib
+    from ukjax.studies._common import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     setting = f"{SOLVERS[args.solver].__name__}, fixed step {dt:g} s, {len(path_error)} scenarios"
     floor = 1e-16

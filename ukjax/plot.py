@@ -136,6 +136,15 @@ def _status_name(code: int) -> str:
         return f"status {code}"
 
 
+def _labelled(ax, *, xlabel: str, ylabel: str, title: str):
+    """Label both axes, set the title and the legend (small type) of a line plot; returns ``ax``."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return ax
+
+
 def _components(sol, values, *, picked_from, what, names, prefix, units, quantity, title, ax, suffix=""):
     """One line per component (column) of ``values`` against sol.ts, labelled and with units: the body of
     :func:`trajectory`, :func:`constraint_force` and :func:`control`."""
@@ -147,11 +156,8 @@ def _components(sol, values, *, picked_from, what, names, prefix, units, quantit
     mixed = unit_list is not None and len({unit_list[i] for i in picked}) > 1
     for i in picked:
         ax.plot(ts, values[:, i], label=labels[i] if not mixed else f"{labels[i]} ({unit_list[i]}{suffix})")
-    ax.set_xlabel("t (s)")
-    ax.set_ylabel(_ylabel(quantity, None if unit_list is None else [unit_list[i] for i in picked], suffix))
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return ax
+    ylabel = _ylabel(quantity, None if unit_list is None else [unit_list[i] for i in picked], suffix)
+    return _labelled(ax, xlabel="t (s)", ylabel=ylabel, title=title)
 
 
 def trajectory(
@@ -230,13 +236,9 @@ def constraint_violation(
     )
     if threshold:
         ax.axhline(1.0, color="k", linestyle=":", linewidth=1, label="tolerance (status threshold)")
-    ax.set_xlabel("t (s)")
-    ax.set_ylabel("constraint violation / tolerance")
     if title is None:
         title = "Constraint violation" + (f", {integrator}" if integrator else "") + _status_note(sol)
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return ax
+    return _labelled(ax, xlabel="t (s)", ylabel="constraint violation / tolerance", title=title)
 
 
 def constraint_force(
@@ -433,8 +435,9 @@ def loss_history(
         log = all_finite.size > 0 and bool(np.all(all_finite > 0))
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel(f"loss ({units})" if units else "loss (units of the objective)")
-    ax.set_title(title if title is not None else f"Tuning loss, {len(records)} steps")
-    ax.legend(fontsize="small")
-    return ax
+    return _labelled(
+        ax,
+        xlabel="optimizer step",
+        ylabel=f"loss ({units})" if units else "loss (units of the objective)",
+        title=title if title is not None else f"Tuning loss, {len(records)} steps",
+    )

@@ -10,6 +10,16 @@ from ukjax._io import environment as environment  # noqa: F401  (re-exported for
 from ukjax._io import write_json as write_json  # noqa: F401
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: the studies write their figures to files and open no window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig, path) -> str:
     """Lay out, write (PNG, 120 dpi) and close a matplotlib figure; returns the path as a string."""
     import matplotlib.pyplot as plt
@@ -137,3 +147,82 @@ def status_name(message: str) -> str:
 def time_text(t: float, level: float) -> str:
     """'below 0.01 at 1.234 s', or 'not below 0.01 by t1' for the NaN of :func:`first_time_below`."""
     return f"below {level:g} at {t:.3f} s" if np.isfinite(t) else f"not below {level:g} by t1"
+
+
+# ------------------------------------------------------------------------------------------ tuning studies
+def add_batch_arguments(
+    parser,
+    name: str,
+    *,
+    train_scenarios: int,
+    heldout_scenarios: int,
+    t1: float,
+    dt: float,
+    t1_help="span (s)",
+) -> None:
+    """The flags a tuning study opens with: ``--out`` and ``--overwrite`` (:func:`add_output_arguments`), the
+    sizes of its training and held-out batches, the span and the fixed Tsit5 step."""
+    add_output_arguments(parser, name)
+    parser.add_argument("--train-scenarios", type=int, default=train_scenarios, help="training batch size")
+    parser.add_argument(
+        "--heldout-scenarios", type=int, default=heldout_scenarios, help="held-out batch size"
+    )
+    parser.add_argument("--t1", type=float, default=t1, help=t1_help)
+    parser.add_argument("--dt", type=float, default=dt, help="fixed Tsit5 step (s)")
+
+
+def add_optimizer_arguments(
+    parser, *, steps: int, learning_rate: float, steps_help="optimizer steps", seed_help="seed of the batches"
+) -> None:
+    """The flags of a tuning study's gradient fit (:func:`fit_from_args`): ``--steps``, ``--learning-rate``
+    (Adam in log-gains), ``--seed``, ``--no-progress``."""
+    parser.add_argument("--steps", type=int, default=steps, help=steps_help)
+    parser.add_argument("--learning-rate", type=float, default=learning_rate, help="Adam step in log-gains")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def train_and_heldout(scenarios, args):
+    """(training batch, held-out batch): ``scenarios(key, count)`` with keys 1 and 2 folded into ``--seed``
+    and the counts ``--train-scenarios``, ``--heldout-scenarios`` (:func:`add_batch_arguments`)."""
+    import jax
+
+    root = jax.random.PRNGKey(args.seed)
+    train = scenarios(jax.random.fold_in(root, 1), args.train_scenarios)
+    heldout = scenarios(jax.random.fold_in(root, 2), args.heldout_scenarios)
+    return train, heldout
+
+
+def scale_uniformly(params: dict, names, keys, count: int, spread: float = 0.05) -> dict:
+    """``{name: params[name] (1 + spread u)}`` for each of ``names``, u uniform in [-1, 1] of shape (count,)
+    drawn with one key of ``keys`` per name: the ±5 % perturbation of a tuning study's batch."""
+    import jax
+    import jax.numpy as jnp
+
+    return {
+        name: params[name] * (1.0 + spread * jax.random.uniform(k, (count,), jnp.float64, -1.0, 1.0))
+        for k, name in zip(keys, names, strict=False)
+    }
+
+
+def fit_from_args(system, space, train, objective, options, args, out, *, optimizer=None):
+    """:func:`ukjax.tune.fit` as the tuning studies run it, from the flags of :func:`add_optimizer_arguments`:
+    ``--steps``, the default optimizer at ``--learning-rate`` unless ``optimizer`` is given (one shared by
+    several fits keeps one compiled step), ``--seed``, progress bars unless ``--no-progress``; history and
+    checkpoint under ``out``."""
+    from ukjax import tune
+
+    if optimizer is None:
+        optimizer = tune.default_optimizer(args.steps, args.learning_rate)
+    return tune.fit(
+        system,
+        space,
+        train,
+        objective,
+        options=options,
+        steps=args.steps,
+        optimizer=optimizer,
+        seed=args.seed,
+        out=out,
+        progress=not args.no_progress,
+    )

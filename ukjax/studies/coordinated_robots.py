@@ -30,6 +30,7 @@ from ukjax.studies._common import (
     add_output_arguments,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     status_name,
     write_json,
@@ -118,10 +119,7 @@ def _ranges(u):
 
 
 def _figures(out: Path, sol, pose, task, literal_u):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ts = np.asarray(sol.ts)
     names = []

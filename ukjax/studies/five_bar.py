@@ -31,7 +31,7 @@ import numpy as np
 from ukjax.linalg import PINV_METHODS
 from ukjax.models import five_bar as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, write_json
+from ukjax.studies._common import add_output_arguments, prepare_output, pyplot, save_figure, write_json
 
 PAPER = "de Falco, Pennestrì & Vita"
 DESCRIPTION = f"{PAPER}: five pseudoinverse algorithms on the five-bar linkage, with/without Baumgarte"
@@ -107,10 +107,7 @@ def _one_run(system, q0, qd0, p, args, ts, method, tol):
 
 
 def _figure(out: Path, ts, curves, tol, alpha, beta):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
     for (method, stabilized), psi2 in curves.items():

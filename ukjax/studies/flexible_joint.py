@@ -27,6 +27,7 @@ from ukjax.studies._common import (
     first_time_below,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     status_name,
     time_text,
@@ -83,10 +84,7 @@ def _scenario(system, params, motor, ts, args):
 
 
 def _figures(out: Path, runs, tolerance):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, (sol, beta, _, _, _) in runs.items():

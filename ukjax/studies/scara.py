@@ -32,6 +32,7 @@ from ukjax.studies._common import (
     add_output_arguments,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     write_json,
 )
@@ -73,10 +74,7 @@ def closed_form_violation(phi0, phid0, alpha, beta, ts):
 
 
 def _figures(out: Path, ts, cases, q, q_ref, pos, desired, torque):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(cases)
     paths = []

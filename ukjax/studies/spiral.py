@@ -20,7 +20,14 @@ import numpy as np
 
 from ukjax.models import spiral as model
 from ukjax.simulation import RESULTS, simulate
-from ukjax.studies._common import add_output_arguments, prepare_output, save_figure, status_name, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    prepare_output,
+    pyplot,
+    save_figure,
+    status_name,
+    write_json,
+)
 
 DESCRIPTION = (
     "UK review, Chin. J. Mech. Eng., §8.1: particle on a logarithmic spiral; r(θ), r(t), θ(t), path, "
@@ -46,10 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _figures(out: Path, ts, runs, best):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     q = runs[best]["q"]
     paths = []

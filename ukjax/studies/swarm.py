@@ -28,6 +28,7 @@ from ukjax.studies._common import (
     first_time_below,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     status_name,
     time_text,
@@ -72,10 +73,7 @@ def pentagon_distances(params) -> tuple[float, float]:
 
 
 def _figures(out: Path, sol, beta_norm, closed_norm, dmin, tolerance):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     x = np.asarray(sol.q).reshape(len(sol.ts), -1, 2)
     fig, ax = plt.subplots(figsize=(5.5, 5))

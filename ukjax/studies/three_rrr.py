@@ -32,6 +32,7 @@ from ukjax.studies._common import (
     add_output_arguments,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     status_name,
     write_json,
@@ -181,10 +182,7 @@ def _figures(
     names,
     params,
 ):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     # 1. the mechanism at a few instants

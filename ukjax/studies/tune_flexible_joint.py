@@ -35,11 +35,16 @@ from ukjax import tune
 from ukjax.models import flexible_joint as model
 from ukjax.simulation import simulate_batch
 from ukjax.studies._common import (
-    add_output_arguments,
+    add_batch_arguments,
+    add_optimizer_arguments,
     first_time_below,
+    fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
+    scale_uniformly,
+    train_and_heldout,
     write_json,
 )
 
@@ -54,18 +59,13 @@ PEAK_POWER = 64.0  # power mean over ~800 values: >= 0.9 of the true peak
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_output_arguments(parser, "tune_flexible_joint")
-    parser.add_argument("--train-scenarios", type=int, default=8, help="training batch size")
-    parser.add_argument("--heldout-scenarios", type=int, default=32, help="held-out batch size")
-    parser.add_argument("--t1", type=float, default=4.0, help="span (s)")
-    parser.add_argument("--dt", type=float, default=1e-2, help="fixed Tsit5 step (s)")
+    add_batch_arguments(
+        parser, "tune_flexible_joint", train_scenarios=8, heldout_scenarios=32, t1=4.0, dt=1e-2
+    )
     parser.add_argument("--tolerance", type=float, default=1e-3, help="|β| level (rad/s) to reach")
     parser.add_argument("--u-max", type=float, default=1000.0, help="motor torque limit (N m)")
     parser.add_argument("--limit-weight", type=float, default=1e-4, help="weight of the limit penalty")
-    parser.add_argument("--steps", type=int, default=25, help="optimizer steps")
-    parser.add_argument("--learning-rate", type=float, default=0.15, help="Adam step in log-gains")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the batches")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_optimizer_arguments(parser, steps=25, learning_rate=0.15)
 
 
 def scenarios(key, count):
@@ -73,8 +73,7 @@ def scenarios(key, count):
     p = model.default_params()
     keys = jax.random.split(key, len(PERTURBED) + 1)
     batch = {k: jnp.broadcast_to(v, (count, *jnp.shape(v))) for k, v in p.items()}
-    for k, name in zip(keys, PERTURBED, strict=False):
-        batch[name] = p[name] * (1.0 + 0.05 * jax.random.uniform(k, (count,), jnp.float64, -1.0, 1.0))
+    batch.update(scale_uniformly(p, PERTURBED, keys, count))
     rates = jnp.asarray([1.0, -0.1]) * (
         1.0 + 0.1 * jax.random.uniform(keys[-1], (count, 2), jnp.float64, -1, 1)
     )
@@ -148,27 +147,14 @@ def run(args) -> dict:
             "beta_motor": tune.log(lower=0.1, upper=bounds["beta"]),
         },
     )
-    root = jax.random.PRNGKey(args.seed)
-    train = scenarios(jax.random.fold_in(root, 1), args.train_scenarios)
-    heldout = scenarios(jax.random.fold_in(root, 2), args.heldout_scenarios)
+    train, heldout = train_and_heldout(scenarios, args)
     options = tune.simulation_options(t1=args.t1, dt=args.dt, num_saves=301)
     obj = objective(args.tolerance, args.u_max, args.limit_weight)
     score = _score(system, space, heldout, options, args.tolerance)
     before = score(space.init())
     print(f"[tune_flexible_joint] gradient tuner: {args.steps} steps x {train.size} scenarios", flush=True)
     tic = time.perf_counter()
-    result = tune.fit(
-        system,
-        space,
-        train,
-        obj,
-        options=options,
-        steps=args.steps,
-        optimizer=tune.default_optimizer(args.steps, args.learning_rate),
-        seed=args.seed,
-        out=out,
-        progress=not args.no_progress,
-    )
+    result = fit_from_args(system, space, train, obj, options, args, out)
     wall = time.perf_counter() - tic
     after = score(result.theta)
     values = {k: np.asarray(v).ravel().tolist() for k, v in result.values.items()}
@@ -205,10 +191,7 @@ def run(args) -> dict:
 
 
 def _figures(out, result, before, after, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     history = result.history

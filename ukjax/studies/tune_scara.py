@@ -40,10 +40,14 @@ from ukjax import tune
 from ukjax.models import scara as model
 from ukjax.simulation import RESULTS, simulate_batch
 from ukjax.studies._common import (
-    add_output_arguments,
+    add_batch_arguments,
+    add_optimizer_arguments,
+    fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
+    train_and_heldout,
     write_json,
 )
 
@@ -58,22 +62,29 @@ TAIL = 0.8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_output_arguments(parser, "tune_scara")
-    parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
-    parser.add_argument("--heldout-scenarios", type=int, default=256, help="held-out batch size")
-    parser.add_argument("--t1", type=float, default=2.0, help="span of the objective (s)")
-    parser.add_argument("--dt", type=float, default=5e-3, help="fixed Tsit5 step (s)")
+    add_batch_arguments(
+        parser,
+        "tune_scara",
+        train_scenarios=32,
+        heldout_scenarios=256,
+        t1=2.0,
+        dt=5e-3,
+        t1_help="span of the objective (s)",
+    )
     parser.add_argument("--tail-t1", type=float, default=5.0, help="span of the tail path-error run (s)")
     parser.add_argument("--weight", type=float, default=1e-7, help="weight w of the peak constraint torque")
-    parser.add_argument("--steps", type=int, default=90, help="gradient-tuner steps")
-    parser.add_argument("--learning-rate", type=float, default=0.3, help="Adam step in log-gains")
     parser.add_argument("--grid", type=int, default=32, help="grid points per gain (N x N grid)")
     parser.add_argument("--alpha0", type=float, default=0.5, help="initial α (1/s)")
     parser.add_argument("--beta0", type=float, default=200.0, help="initial β (1/s²)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of batches and random search")
     parser.add_argument("--chunk", type=int, default=16, help="gain pairs per compiled grid/random call")
     parser.add_argument("--skip-baselines", action="store_true", help="only the gradient tuner")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_optimizer_arguments(
+        parser,
+        steps=90,
+        learning_rate=0.3,
+        steps_help="gradient-tuner steps",
+        seed_help="seed of batches and random search",
+    )
 
 
 def scenarios(key, count):
@@ -182,9 +193,7 @@ def run(args) -> dict:
     system = model.system()
     box = gain_box(args.dt)
     space = space_for(box, args.alpha0, args.beta0)
-    root = jax.random.PRNGKey(args.seed)
-    train = scenarios(jax.random.fold_in(root, 1), args.train_scenarios)
-    heldout = scenarios(jax.random.fold_in(root, 2), args.heldout_scenarios)
+    train, heldout = train_and_heldout(scenarios, args)
     obj = objective(args.weight)
     options = tune.simulation_options(t1=args.t1, dt=args.dt, num_saves=201)
     progress = not args.no_progress
@@ -195,19 +204,7 @@ def run(args) -> dict:
     # (3) the gradient tuner
     print(f"[tune_scara] gradient tuner: {args.steps} steps x {train.size} scenarios", flush=True)
     tic, cpu = time.perf_counter(), time.process_time()
-    optimizer = tune.default_optimizer(args.steps, args.learning_rate)
-    result = tune.fit(
-        system,
-        space,
-        train,
-        obj,
-        options=options,
-        steps=args.steps,
-        optimizer=optimizer,
-        seed=args.seed,
-        out=out,
-        progress=progress,
-    )
+    result = fit_from_args(system, space, train, obj, options, args, out)
     tuner_wall = time.perf_counter() - tic
     tuner_gains = [float(result.values["alpha"][0]), float(result.values["beta"][0])]
     contenders["gradient"] = {
@@ -387,10 +384,7 @@ def _print(rows, tail, comparison):
 
 
 def _figures(out, result, rows, grid_axes, grid_loss, random_pairs, before, after, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     history = result.history

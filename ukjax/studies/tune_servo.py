@@ -29,10 +29,15 @@ from ukjax import tune
 from ukjax.models import two_mass_spring as model
 from ukjax.simulation import simulate_batch
 from ukjax.studies._common import (
-    add_output_arguments,
+    add_batch_arguments,
+    add_optimizer_arguments,
+    fit_from_args,
     fixed_step_record,
     prepare_output,
+    pyplot,
     save_figure,
+    scale_uniformly,
+    train_and_heldout,
     write_json,
 )
 
@@ -45,11 +50,7 @@ PERTURBED = ("m1", "m2", "k")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_output_arguments(parser, "tune_servo")
-    parser.add_argument("--train-scenarios", type=int, default=32, help="training batch size")
-    parser.add_argument("--heldout-scenarios", type=int, default=128, help="held-out batch size")
-    parser.add_argument("--t1", type=float, default=3.0, help="span (s)")
-    parser.add_argument("--dt", type=float, default=5e-3, help="fixed Tsit5 step (s)")
+    add_batch_arguments(parser, "tune_servo", train_scenarios=32, heldout_scenarios=128, t1=3.0, dt=5e-3)
     parser.add_argument("--u-max", type=float, default=20.0, help="actuator limit F_max (N)")
     parser.add_argument("--limit-weight", type=float, default=1.0, help="weight w_lim of the limit penalty")
     parser.add_argument(
@@ -59,11 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[0.0, 3e-4, 1e-3, 3e-3, 1e-2],
         help="weights w_u on peak |F|",
     )
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps per weight")
-    parser.add_argument("--learning-rate", type=float, default=0.1, help="Adam step in log-gains")
     parser.add_argument("--grid", type=int, default=16, help="landscape grid points per gain")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the batches")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_optimizer_arguments(parser, steps=40, learning_rate=0.1, steps_help="optimizer steps per weight")
 
 
 def scenarios(key, count):
@@ -71,8 +69,7 @@ def scenarios(key, count):
     p = model.default_params()
     keys = jax.random.split(key, len(PERTURBED) + 2)
     batch = {k: jnp.broadcast_to(v, (count,)) for k, v in p.items()}
-    for k, name in zip(keys, PERTURBED, strict=False):
-        batch[name] = p[name] * (1.0 + 0.05 * jax.random.uniform(k, (count,), jnp.float64, -1.0, 1.0))
+    batch.update(scale_uniformly(p, PERTURBED, keys, count))
     offset = jax.random.uniform(keys[-2], (count,), jnp.float64, 0.1, 0.3)
     speed = 0.5 + 0.1 * jax.random.uniform(keys[-1], (count,), jnp.float64, -1.0, 1.0)
     q0 = jnp.stack([jnp.zeros(count), 2.0 * p["l"] + offset], axis=1)
@@ -127,9 +124,7 @@ def run(args) -> dict:
             "beta": tune.log(lower=0.1, upper=bounds["beta"]),
         },
     )
-    root = jax.random.PRNGKey(args.seed)
-    train = scenarios(jax.random.fold_in(root, 1), args.train_scenarios)
-    heldout = scenarios(jax.random.fold_in(root, 2), args.heldout_scenarios)
+    train, heldout = train_and_heldout(scenarios, args)
     options = tune.simulation_options(t1=args.t1, dt=args.dt, num_saves=301)
     base = objective(args.u_max, args.limit_weight)
     optimizer = tune.default_optimizer(args.steps, args.learning_rate)
@@ -141,17 +136,8 @@ def run(args) -> dict:
         print(f"[tune_servo] weight on peak |F|: {w:g}", flush=True)
         obj = base.with_weights(peak_control=w)
         tic = time.perf_counter()
-        result = tune.fit(
-            system,
-            space,
-            train,
-            obj,
-            options=options,
-            steps=args.steps,
-            optimizer=optimizer,
-            seed=args.seed,
-            out=out / f"fit_w{w:g}",
-            progress=not args.no_progress,
+        result = fit_from_args(
+            system, space, train, obj, options, args, out / f"fit_w{w:g}", optimizer=optimizer
         )
         wall = time.perf_counter() - tic
         held = score(result.theta)
@@ -229,10 +215,7 @@ def _landscape(system, space, batch, obj, options, n):
 
 
 def _figures(out, fits, curve, grid, before, args):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = []
     fig, ax = plt.subplots(figsize=(6, 4.2))

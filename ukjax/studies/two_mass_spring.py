@@ -26,6 +26,7 @@ from ukjax.studies._common import (
     add_output_arguments,
     integrator_record,
     prepare_output,
+    pyplot,
     save_figure,
     status_name,
     write_json,
@@ -60,10 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _figures(out: Path, sols, F_closed, phi_closed, labels):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ts = np.asarray(sols.ts[0])
     fig, axes = plt.subplots(3, 1, figsize=(6.5, 8), sharex=True)
