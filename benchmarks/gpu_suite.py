@@ -562,14 +562,14 @@ def summary_rows(results: dict) -> list[list]:
                 ]
             )
     g = results.get("gradient", {})
-    if "grad_over_forward" in g:
+    for mode, ratio in g.get("grad_over_forward", {}).items():
         rows.append(
             [
                 "gradient",
-                "SCARA tuning objective",
+                f"SCARA tuning objective, {mode} mode",
                 g["scenarios"],
-                f"grad/forward {g['grad_over_forward']:.2f}",
-                f"compile {g['compile_s']['gradient']:.1f} s",
+                f"grad/forward {ratio:.2f}",
+                f"compile {g['compile_s'][f'gradient_{mode}']:.1f} s",
             ]
         )
     s = results.get("sweep", {})

@@ -402,20 +402,26 @@ def compile_and_gradient() -> str:
 
 
 def tune_gradient() -> str:
-    """The tuning objective's forward loss against its value and gradient (current code)."""
+    """The tuning objective's forward loss against its value and gradient in each mode (current code)."""
     t = load("tune_gradient-cpu-amd-epyc-2c.json")["tuner"]
-    forward, gradient = t["run"]["forward"]["median_s"], t["run"]["gradient"]["median_s"]
+    forward = t["run"]["forward"]["median_s"]
     memory = t["memory"]
-    row = [
-        "`tune.batch_loss` / `tune.batch_value_and_grad` (through `ukjax.simulate_batch`), current code",
-        f"{forward:.2f} s",
-        f"{gradient:.2f} s",
-        bold(f"{t['grad_over_forward']:.1f}"),
-        f"{t['compile_s']['forward']:.1f} s / {t['compile_s']['gradient']:.1f} s",
-        f"{memory['forward']['peak_estimate_MiB']:.0f} / {memory['gradient']['peak_estimate_MiB']:.0f} MiB",
-    ]
-    header = ["", "forward", "value and gradient", "ratio", "compile", "XLA buffer estimate"]
-    return table(header, [row], ["---", "---:", "---:", "---:", "---:", "---:"])
+    rows = []
+    for mode in ("forward", "reverse"):
+        name = f"gradient_{mode}"
+        default = " (default for ≤ 8 tuned numbers)" if mode == t["default_mode"] else ""
+        rows.append([
+            f"{mode} mode{default}",
+            f"{forward:.2f} s",
+            f"{t['run'][name]['median_s']:.2f} s",
+            bold(f"{t['grad_over_forward'][mode]:.1f}"),
+            f"{t['compile_s']['forward']:.1f} s / {t['compile_s'][name]:.1f} s",
+            f"{memory['forward']['peak_estimate_MiB']:.0f} / {memory[name]['peak_estimate_MiB']:.0f} MiB "
+            f"({t['memory_over_trajectory_states'][name]:.1f}×)",
+        ])
+    header = ["`tune.batch_value_and_grad`", "forward", "value and gradient", "ratio", "compile",
+              "XLA buffer estimate (gradient / trajectory's states)"]
+    return table(header, rows, ["---", "---:", "---:", "---:", "---:", "---:"])
 
 
 TABLES: dict[str, Callable[[], str]] = {

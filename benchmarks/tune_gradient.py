@@ -1,11 +1,14 @@
 """Cost of a tuning gradient: the SCARA objective of ``ukjax tune scara`` at 256 scenarios x 1000 steps.
 
-Times, in one run and interleaved (forward, gradient, forward, gradient, ...), the two compiled functions the
+Times, in one run and interleaved (forward, gradient, forward, gradient, ...), the compiled functions the
 tuner calls: the batch loss at the gains (``ukjax.tune.batch_loss``: simulate + objective + risk) and its
-value and gradient with respect to (log α, log β) (``ukjax.tune.batch_value_and_grad``: reverse mode through
-``ukjax.simulate_batch``, diffrax's ``RecursiveCheckpointAdjoint``). Reports the grad/forward wall-time ratio
-(target ≤ 4), compile times and XLA's memory analysis of each compiled program (arguments, outputs and
-temporaries: the peak buffer memory XLA plans for; on CPU the process RSS is shared with the compiler).
+value and gradient with respect to (log α, log β) (``ukjax.tune.batch_value_and_grad``) in both modes: forward
+mode (the default for up to ``tune.FORWARD_MODE_MAX_PARAMETERS`` tuned numbers: two tangents carried through
+the time loop with diffrax's ``ForwardMode``) and reverse mode (``jax.vjp`` through diffrax's
+``RecursiveCheckpointAdjoint``). Reports each grad/forward wall-time ratio (target ≤ 3), compile times, XLA's
+memory analysis of each compiled program (arguments, outputs and temporaries: the peak buffer memory XLA plans
+for; on CPU the process RSS is shared with the compiler) against the trajectory's states, and how far the two
+gradients differ.
 
 ``--adjoints`` adds the same comparison for diffrax's adjoints directly (``ukjax.simulate`` does not take
 an adjoint argument): the SCARA right-hand side ``System.acceleration`` integrated by ``diffrax.diffeqsolve``
@@ -80,30 +83,52 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     def forward(theta, batch):
         return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
 
-    def gradient(theta, batch):
-        loss, _, grad = tune.batch_value_and_grad(system, space, theta, batch, objective, options=options)
-        return loss, grad
+    def gradient(mode):
+        def value_and_grad(theta, batch):
+            loss, _, grad = tune.batch_value_and_grad(
+                system, space, theta, batch, objective, options=options, gradient_mode=mode
+            )
+            return loss, grad
 
-    fwd, fwd_compile = _compile(forward, theta, batch)
-    grd, grd_compile = _compile(gradient, theta, batch)
-    timing = _interleaved(
-        {"forward": fwd, "gradient": grd}, {"forward": (theta, batch), "gradient": (theta, batch)}, repeats
-    )
-    loss_f = float(fwd(theta, batch))
-    loss_g, grad = grd(theta, batch)
+        return value_and_grad
+
+    modes = ("forward", "reverse")
+    compiled, compile_s, memory = {}, {}, {}
+    compiled["forward"], compile_s["forward"] = _compile(forward, theta, batch)
+    for mode in modes:
+        compiled[f"gradient_{mode}"], compile_s[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)
+    memory = {name: _memory(fn) for name, fn in compiled.items()}
+    timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
+    loss_f = float(compiled["forward"](theta, batch))
+    results = {mode: compiled[f"gradient_{mode}"](theta, batch) for mode in modes}
+    ref = np.asarray([float(v) for v in results["reverse"][1].values()])
+    fwd = np.asarray([float(v) for v in results["forward"][1].values()])
+    n = int(batch.q0.shape[1])
+    # the states of the trajectory a reverse pass must keep: (q, q̇) of every scenario at every step
+    trajectory_bytes = scenarios * (steps + 1) * 2 * n * 8
     return {
-        "what": "ukjax.tune.batch_loss vs batch_value_and_grad, SCARA objective of `ukjax tune scara`",
+        "what": "ukjax.tune.batch_loss vs batch_value_and_grad (forward and reverse mode), SCARA objective "
+        "of `ukjax tune scara`, 2 tuned numbers (log α, log β)",
+        "default_mode": tune.resolve_gradient_mode("auto", theta),
         "scenarios": scenarios,
         "steps": steps,
         "dt": dt,
         "saves": 201,
-        "compile_s": {"forward": fwd_compile, "gradient": grd_compile},
+        "compile_s": compile_s,
         "run": timing,
-        "grad_over_forward": timing["gradient"]["median_s"] / timing["forward"]["median_s"],
-        "target_ratio": 4.0,
-        "memory": {"forward": _memory(fwd), "gradient": _memory(grd)},
-        "loss_forward_vs_gradient_call": [loss_f, float(loss_g)],
-        "gradient": {k: float(v) for k, v in grad.items()},
+        "grad_over_forward": {
+            mode: timing[f"gradient_{mode}"]["median_s"] / timing["forward"]["median_s"] for mode in modes
+        },
+        "target_ratio": 3.0,
+        "memory": memory,
+        "trajectory_states_MiB": trajectory_bytes / 2**20,
+        "memory_over_trajectory_states": {
+            name: m.get("peak_estimate_MiB", float("nan")) * 2**20 / trajectory_bytes
+            for name, m in memory.items()
+        },
+        "loss_forward_vs_gradient_calls": [loss_f] + [float(results[mode][0]) for mode in modes],
+        "gradient": {mode: {k: float(v) for k, v in results[mode][1].items()} for mode in modes},
+        "forward_vs_reverse_relative_difference": float(np.linalg.norm(fwd - ref) / np.linalg.norm(ref)),
     }
 
 
@@ -193,12 +218,19 @@ def main() -> None:
     results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats)}
     r = results["tuner"]
     run, memory = r["run"], r["memory"]
+    for mode in ("forward", "reverse"):
+        name = f"gradient_{mode}"
+        print(
+            f"tuner, {mode} mode: forward pass {run['forward']['median_s']:.2f} s, gradient "
+            f"{run[name]['median_s']:.2f} s, ratio {r['grad_over_forward'][mode]:.2f} (target <= 3); compile "
+            f"{r['compile_s'][name]:.1f} s; planned memory "
+            f"{memory[name].get('peak_estimate_MiB', 0):.0f} MiB "
+            f"({r['memory_over_trajectory_states'][name]:.2f}x the trajectory's states)",
+            flush=True,
+        )
     print(
-        f"tuner: forward {run['forward']['median_s']:.2f} s, gradient {run['gradient']['median_s']:.2f} s, "
-        f"ratio {r['grad_over_forward']:.2f} (target <= 4); compile {r['compile_s']['forward']:.1f} s / "
-        f"{r['compile_s']['gradient']:.1f} s; memory {memory['forward'].get('peak_estimate_MiB', 0):.0f} / "
-        f"{memory['gradient'].get('peak_estimate_MiB', 0):.0f} MiB",
-        flush=True,
+        f"forward and reverse gradients differ by {r['forward_vs_reverse_relative_difference']:.1e}",
+        "(relative)",
     )
     if args.adjoints:
         results["adjoints"] = adjoint_costs(args.scenarios, args.steps, args.dt, args.repeats)

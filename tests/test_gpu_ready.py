@@ -104,7 +104,8 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
             assert row["compile_s"] > 0 and row["dtype"] == part["dtype"]
         missing = {"mjx_jax_chain", "mjwarp_chain"} - contenders
         assert all(any(m in e for e in part["errors"]) for m in missing)  # a contender left out says why
-    assert read("gradient")["grad_over_forward"] > 0
+    assert set(read("gradient")["grad_over_forward"]) == {"forward", "reverse"}
+    assert all(ratio > 0 for ratio in read("gradient")["grad_over_forward"].values())
     sweep = read("sweep")
     assert sweep["complete"] and sweep["scenarios"] == 16
     accuracy = read("accuracy")["parts"]

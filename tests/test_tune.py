@@ -79,6 +79,27 @@ def test_gradient_matches_central_differences(options):
     assert np.isclose(float(loss), _loss(theta, BATCH, options), rtol=1e-14)
 
 
+def test_forward_and_reverse_mode_give_the_same_gradient_and_auto_picks_by_size():
+    # The default for two tuned numbers is forward mode (the finite-difference test above checks it); reverse
+    # mode (jax.vjp through RecursiveCheckpointAdjoint) computes the same derivative of the same discrete
+    # solution by another route, so the two agree to rounding accumulated over 100 steps: 1e-12 relative.
+    theta = SPACE.init()
+    theta = {"alpha": theta["alpha"] + 0.1, "beta": theta["beta"] - 0.2}
+    assert tune.resolve_gradient_mode("auto", theta) == "forward"
+    many = {"k": jnp.zeros(tune.FORWARD_MODE_MAX_PARAMETERS + 1)}
+    assert tune.resolve_gradient_mode("auto", many) == "reverse"
+    with pytest.raises(ValueError, match="gradient_mode must be one of"):
+        tune.resolve_gradient_mode("backward", theta)
+    forward = _value_and_grad(FIXED)(theta, BATCH)
+    reverse = jax.jit(
+        lambda th, b: tune.batch_value_and_grad(
+            SYSTEM, SPACE, th, b, OBJECTIVE, options=FIXED, failure_penalty=0.5, gradient_mode="reverse"
+        )
+    )(theta, BATCH)
+    assert float(forward[0]) == float(reverse[0])
+    assert_tree_allclose(forward[2], reverse[2], rtol=1e-12, atol=0.0)
+
+
 def test_failed_scenario_is_masked_counted_and_does_not_poison_the_gradient():
     # A NaN mass in one scenario makes it fail (status nonfinite_state). The loss and gradient must equal
     # those of the batch without it, to rounding; the failure is counted and penalized only if asked.

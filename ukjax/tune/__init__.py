@@ -29,12 +29,14 @@ Example (the SCARA's two Baumgarte gains, one number each for all four constrain
     print(result.values, result.best_loss)
 """
 
+from ukjax.tune._fit import FORWARD_MODE_MAX_PARAMETERS as FORWARD_MODE_MAX_PARAMETERS
 from ukjax.tune._fit import FitResult as FitResult
 from ukjax.tune._fit import Scenarios as Scenarios
 from ukjax.tune._fit import batch_loss as batch_loss
 from ukjax.tune._fit import batch_value_and_grad as batch_value_and_grad
 from ukjax.tune._fit import default_optimizer as default_optimizer
 from ukjax.tune._fit import fit as fit
+from ukjax.tune._fit import resolve_gradient_mode as resolve_gradient_mode
 from ukjax.tune._fit import simulation_options as simulation_options
 from ukjax.tune._fit import summary as summary
 from ukjax.tune._fit import write_history as write_history

@@ -9,10 +9,12 @@ One step of :func:`fit` at unconstrained parameters θ (see :class:`~ukjax.tune.
    its objective value L_i and its flag ok_i (the run reached t1 with a finite state, ``Solution.completed``,
    and L_i is finite: a run whose constraints did not settle is what the objective measures, not a failure)
    are computed;
-3. loss = risk(L, ok) (:class:`~ukjax.tune.Mean`, ...), and its gradient by reverse mode (``jax.vjp``) with
-   respect to a per-scenario copy θ_i of θ; the gradient is Σ_{i: ok_i} ∂loss/∂θ_i. Summing only over
-   successful scenarios, after the pullback, keeps a failed scenario's NaN (0 · NaN in its own backward pass)
-   out of the others' gradient: failures are masked, counted, reported, and optionally penalized;
+3. loss = risk(L, ok) (:class:`~ukjax.tune.Mean`, ...), and its gradient with respect to a per-scenario copy
+   θ_i of θ: the gradient is Σ_{i: ok_i} (∂risk/∂L_i) ∂L_i/∂θ_i. The derivatives ∂L_i/∂θ_i come from forward
+   mode (one tangent per tuned number carried through the time loop, diffrax's ``ForwardMode``; the default
+   for at most ``FORWARD_MODE_MAX_PARAMETERS`` numbers) or reverse mode (``jax.vjp``). Summing only over
+   successful scenarios keeps a failed scenario's NaN out of the others' gradient: failures are masked,
+   counted, reported, and optionally penalized;
 4. the optimizer's update (default Adam with a cosine-decayed step), scaled by the back-off factor, then the
    projection of bounded coordinates onto their boxes.
 
@@ -22,9 +24,9 @@ the last accepted point and the update is retried with the step scaled by ``back
 the run). Together with bounds from the integrator's stability region (:func:`baumgarte_gain_bounds`), this
 keeps the tuner out of the region where a fixed-step integrator blows up.
 
-Derivatives go through diffrax's default ``RecursiveCheckpointAdjoint`` (reverse-mode through the solver's
-steps with checkpointing); pass a fixed ``dt`` with ``max_steps = ceil((t1 - t0)/dt) + 1`` (done by default)
-so that the checkpoint memory is sized to the run.
+Reverse mode goes through diffrax's ``RecursiveCheckpointAdjoint`` (through the solver's steps with
+checkpointing); pass a fixed ``dt`` with ``max_steps = ceil((t1 - t0)/dt) + 1`` (done by default) so that the
+checkpoint memory is sized to the run. Forward mode stores nothing of the trajectory.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from ukjax._io import atomic_write_text, stale_temporary, write_json
 from ukjax.simulation import simulate_batch
@@ -182,6 +186,30 @@ def batch_loss(
     return loss, _summary(loss, losses, ok, parts, status, failure_penalty)
 
 
+FORWARD_MODE_MAX_PARAMETERS = 8
+"""``gradient_mode="auto"``: forward mode up to this many tuned numbers, reverse mode above."""
+
+GRADIENT_MODES = ("auto", "forward", "reverse")
+
+
+def resolve_gradient_mode(mode: str, theta) -> str:
+    """The differentiation mode :func:`batch_value_and_grad` uses for θ: ``"forward"`` or ``"reverse"``.
+
+    ``"auto"`` picks forward mode for at most :data:`FORWARD_MODE_MAX_PARAMETERS` tuned numbers. Forward mode
+    carries k tangents through the same time loop as the values (diffrax's ``ForwardMode``): the cost is the
+    forward pass plus about one right-hand-side JVP per tangent, and nothing of the trajectory is stored.
+    Reverse mode (``RecursiveCheckpointAdjoint``) stores one state per step and recomputes each step with its
+    VJP on the way back, whatever k is; it wins for many parameters. On the SCARA objective (256 scenarios ×
+    1000 steps, ``benchmarks/tune_gradient.py``) forward mode with k = 2 costs 2.2 forward passes, about 0.6
+    per tangent, and reverse mode 5.2, so they cross near k = 7."""
+    if mode not in GRADIENT_MODES:
+        raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    count = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(theta))
+    return "forward" if count <= FORWARD_MODE_MAX_PARAMETERS else "reverse"
+
+
 def batch_value_and_grad(
     system,
     space: Parametrization,
@@ -192,14 +220,37 @@ def batch_value_and_grad(
     risk=None,
     options: dict,
     failure_penalty=0.0,
+    gradient_mode: str = "auto",
 ):
     """(loss, summary, ∂loss/∂θ) with failed scenarios masked out of the gradient (module docstring, step 3).
 
-    The failure penalty is a constant per failed scenario: it raises the reported loss, not the gradient."""
+    The per-scenario derivatives ∂L_i/∂θ_i come from forward mode (one tangent per tuned number) or reverse
+    mode (one pullback of the weights ∂risk/∂L), as :func:`resolve_gradient_mode` decides; both give the same
+    gradient to rounding. The failure penalty is a constant per failed scenario: it raises the reported loss,
+    not the gradient."""
     risk = Mean() if risk is None else risk
     objective = as_objective(objective)
     size = scenarios.q0.shape[0]
     theta_b = _broadcast(theta, size)
+    mode = resolve_gradient_mode(gradient_mode, theta)
+    if mode == "forward":
+        if options.get("adjoint") is None:
+            options = dict(options, adjoint=diffrax.ForwardMode())
+        flat, unravel = ravel_pytree(theta)
+
+        def along(direction):
+            return jax.jvp(
+                lambda th: _per_scenario(system, space, th, scenarios, objective, options),
+                (theta_b,),
+                (_broadcast(unravel(direction), size),),
+                has_aux=True,
+            )
+
+        basis = jnp.eye(flat.size, dtype=flat.dtype)
+        losses, dlosses, (ok, parts, status) = jax.vmap(along, out_axes=(None, 0, None))(basis)
+        loss, weights = jax.value_and_grad(lambda L: risk(L, ok))(losses)
+        grad = unravel(jnp.sum(jnp.where(ok, weights * dlosses, 0.0), axis=1))
+        return loss, _summary(loss, losses, ok, parts, status, failure_penalty), grad
     losses, pullback, (ok, parts, status) = jax.vjp(
         lambda th: _per_scenario(system, space, th, scenarios, objective, options), theta_b, has_aux=True
     )
@@ -212,10 +263,11 @@ def batch_value_and_grad(
 
 
 @eqx.filter_jit
-def _compiled_value_and_grad(system, space, theta, source, key, objective, risk, options, penalty):
+def _compiled_value_and_grad(system, space, theta, source, key, objective, risk, options, penalty, mode):
     scenarios = source(key) if callable(source) and not isinstance(source, Scenarios) else source
     return batch_value_and_grad(
-        system, space, theta, scenarios, objective, risk=risk, options=options, failure_penalty=penalty
+        system, space, theta, scenarios, objective, risk=risk, options=options, failure_penalty=penalty,
+        gradient_mode=mode,
     )
 
 
@@ -430,6 +482,7 @@ def fit(
     risk=None,
     seed: int = 0,
     failure_penalty: float = 0.0,
+    gradient_mode: str = "auto",
     max_failure_fraction: float = 0.25,
     max_increase: float | None = 10.0,
     backoff: float = 0.5,
@@ -465,6 +518,9 @@ def fit(
             :class:`~ukjax.tune.CVaR`.
         seed: seed of the scenario sampler; the same seed gives the same numbers.
         failure_penalty: added to the reported loss per failed fraction of the batch (no gradient).
+        gradient_mode: ``"auto"`` (forward mode for at most ``FORWARD_MODE_MAX_PARAMETERS`` tuned numbers,
+            else reverse), ``"forward"`` or ``"reverse"`` (:func:`resolve_gradient_mode`); the gradients agree
+            to rounding, the costs differ.
         max_failure_fraction, max_increase, backoff, max_backoffs: divergence detection and back-off (module).
         patience, min_delta: stop after ``patience`` accepted steps without lowering the best loss by more
             than ``min_delta`` (relative); gtol: stop when the gradient norm falls below it.
@@ -528,6 +584,7 @@ def fit(
             patience=patience,
             min_delta=min_delta,
             gtol=gtol,
+            gradient_mode=resolve_gradient_mode(gradient_mode, theta),  # the modes agree only to rounding
         )
         fingerprint = _fingerprint(
             system, space, scenarios, objective, risk, options, optimizer, opt_state,
@@ -559,7 +616,7 @@ def fit(
         step = state["step"]
         key = jax.random.fold_in(root, step)
         loss, info, grad = _compiled_value_and_grad(
-            system, space, theta, scenarios, key, objective, risk, options, failure_penalty
+            system, space, theta, scenarios, key, objective, risk, options, failure_penalty, gradient_mode
         )
         size = int(info["losses"].shape[0])
         loss_v, risk_v = float(info["loss"]), float(info["risk"])
