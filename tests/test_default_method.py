@@ -12,7 +12,6 @@ in the crank angle (``test_five_bar._reduced``), integrated by SciPy, and its ex
 """
 
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -124,7 +123,7 @@ def test_default_method_runs_the_five_bar_for_20_seconds(dt0):
 
 # ------------------------------------------------------------------ demo and shipped specs: gains that settle
 
-SCARA_SPEC = Path(__file__).resolve().parent.parent / "experiments" / "sweep_scara.toml"
+SCARA_SPEC = "scara"  # the shipped spec (ukjax/sweep/specs/scara.toml)
 SETTLED = 1e-4  # fraction of the initial error (~1 cm at the end effector) left at t1: below 1e-6 m
 
 

@@ -197,12 +197,12 @@ def test_every_page_with_code_is_run():
 @pytest.mark.parametrize("page", pages_with_code())
 def test_page_code_runs(page, tmp_path, monkeypatch):
     """Each page's Python blocks run in order, in one namespace, as a reader would paste them, in a fresh
-    folder (their figures and results go there) that holds the repository's experiments/ as a clone does."""
+    folder (their figures and results go there) that holds nothing of the repository: the shipped sweep specs
+    they run are named, found in the package (ukjax/sweep/specs), as an installed ukjax finds them."""
     import matplotlib
 
     matplotlib.use("Agg")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     code = [block for block, reason in python_blocks(page) if reason is None]
     assert code, f"{page} has no Python block to run"
     run_blocks(code, page, {"print": lambda *args, **kwargs: None, "__name__": "__docs__"})

@@ -513,22 +513,69 @@ def test_command_resumes_reports_and_refuses_another_sweep(reference, spec_file,
     assert main(["sweep", "--report", str(tmp_path / "nothing")]) == 2
 
 
-def test_shipped_spec_files_are_valid():
-    """Every experiments/sweep_*.toml parses and names leaves its model has (no compile)."""
+SHIPPED = ("coordinated_robots", "five_bar", "scara")
+
+
+def test_shipped_specs_are_package_data_and_valid():
+    """Every spec in ukjax/sweep/specs/ is declared package data (pyproject.toml), resolves by name through
+    importlib.resources, parses, and names leaves its model has (no compile)."""
+    import importlib.resources
+
     from ukjax.sweep._spec import nominal_shapes
 
-    files = sorted((ROOT / "experiments").glob("sweep_*.toml"))
-    assert {f.stem for f in files} >= {"sweep_scara", "sweep_five_bar", "sweep_coordinated_robots"}
-    for path in files:
-        spec = sweep.load_spec(path)
+    assert tuple(sweep.shipped_specs()) == SHIPPED
+    folder = importlib.resources.files("ukjax.sweep").joinpath("specs")
+    files = {f.name for f in folder.iterdir() if f.name.endswith(".toml")}
+    assert files == {f"{name}.toml" for name in SHIPPED}
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = ROOT / "ukjax" / "sweep"
+    packaged = {p.name for pattern in declared["ukjax.sweep"] for p in package.glob(pattern)}
+    assert files <= packaged, f"not declared as package data in pyproject.toml: {files - packaged}"
+    for name, description in sweep.shipped_specs().items():
+        assert description, f"shipped spec {name} has no description for `ukjax sweep --list`"
+        spec = sweep.load_spec(name)
+        assert spec.name == name and spec.out == f"ukjax-results/sweep_{name}"
+        assert spec.source == sweep.load_spec(str(folder.joinpath(f"{name}.toml"))).source  # name = path
         nominal_shapes(sweep.load_model(spec.model), spec)
-        assert spec.out.startswith("ukjax-results/")
+
+
+def test_spec_names_and_paths_resolve(tmp_path, monkeypatch, capsys):
+    """A bare name is a shipped spec, a path is a file (an existing file wins over a name); an unknown name
+    or a missing file is refused listing the shipped names, through the command's one error line."""
+    monkeypatch.chdir(tmp_path)
+    shipped = "coordinated_robots, five_bar, scara"
+    with pytest.raises(ValueError) as info:
+        sweep.load_spec("scar")
+    assert str(info.value) == f"unknown sweep spec 'scar': not a shipped spec ({shipped}) nor a file"
+    with pytest.raises(ValueError) as info:
+        sweep.load_spec("nowhere/scara.toml")
+    assert str(info.value) == (
+        f"sweep spec 'nowhere/scara.toml' is not a file (shipped specs, by name: {shipped})"
+    )
+    (tmp_path / "scara").write_text(SPEC_TOML)  # a file of a shipped spec's name, given as a path: the file
+    assert sweep.load_spec("scara").name == "pendulum"
+    assert sweep.load_spec(Path("scara")).name == "pendulum"
+    (tmp_path / "scara").unlink()
+    (tmp_path / "scara").mkdir()  # a folder (of results, say) does not hide the shipped spec
+    assert sweep.load_spec("scara").model == "scara"
+    assert main(["sweep", "no_such_spec"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "ukjax: error: unknown sweep spec 'no_such_spec': not a shipped spec (coordinated_robots, five_bar, "
+        "scara) nor a file"
+    )
+    assert main(["sweep", "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed[:3]] == list(SHIPPED)
+    assert listed[3].startswith("files: ") and str(ROOT / "ukjax" / "sweep" / "specs") in listed[3]
+    assert main(["list"]) == 0
+    assert "sweep specs (ukjax sweep NAME):\n" + "\n".join(listed) in capsys.readouterr().out
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["sweep_scara", "sweep_five_bar", "sweep_coordinated_robots"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_spec_files_run(name, tmp_path):
-    spec = sweep.load_spec(ROOT / "experiments" / f"{name}.toml", scenarios=4, chunk_size=4)
+    spec = sweep.load_spec(name, scenarios=4, chunk_size=4)
     summary = sweep.run(spec, out=tmp_path, progress=False)
     assert summary.complete
     assert sweep.load(tmp_path).num_rows == summary.scenarios_total

@@ -182,6 +182,21 @@ def test_another_spec_is_refused_naming_the_file(change, part, folder, reference
     assert [c for c, _ in _store.chunk_files(folder)] == list(range(CHUNKS))  # nothing was discarded
 
 
+def test_a_spec_moved_renamed_and_described_resumes_the_same_sweep(folder, reference, tmp_path, no_compile):
+    """The same spec read from a file elsewhere, under another file name, with comments and a description
+    added (what moving the shipped specs from experiments/sweep_NAME.toml into the package did): the same
+    sweep, so a resume finds every chunk done and computes nothing."""
+    moved = tmp_path / "elsewhere" / "tiny.toml"
+    moved.parent.mkdir()
+    described = SPEC_TOML.replace('name = "tiny"\n', 'name = "tiny"\ndescription = "a tiny sweep"\n')
+    assert described != SPEC_TOML
+    moved.write_text("# the tiny sweep, moved\n" + described)
+    summary, said = resume(folder, spec=str(moved))
+    assert summary.complete and summary.chunks_written == 0, summary
+    assert not said, said
+    assert_reference(folder, reference)
+
+
 def test_edited_model_module_is_refused(folder, tmp_path, monkeypatch, no_compile):
     """The user's module changed (same name, the nominal mass x 1.5): resuming or re-running is refused."""
     source = (TESTS / "sweep_models.py").read_text()

@@ -1,5 +1,5 @@
 """The ``ukjax`` command: ``ukjax list``, ``ukjax run NAME [flags]``, ``ukjax tune NAME [flags]``,
-``ukjax sweep SPEC [flags]`` and ``ukjax demo [flags]``."""
+``ukjax sweep SPEC|NAME [flags]`` and ``ukjax demo [flags]``."""
 
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
         "list",
-        help="name the registered studies",
-        description="Name the registered studies.",
+        help="name the registered studies and the shipped sweep specs",
+        description="Name the registered studies, tuning studies and the shipped sweep specs.",
         formatter_class=HelpFormatter,
     )
     run = commands.add_parser(
@@ -266,6 +266,10 @@ def _dispatch(parser, run_parser, argv) -> int:
         print(_format_table(_study_table()))
         print("tuning studies (ukjax tune NAME):")
         print(_format_table(_study_table(studies.TUNE_STUDIES, studies.load_tune)))
+        from ukjax.sweep import _cli as sweep_cli
+
+        print("sweep specs (ukjax sweep NAME):")
+        print(sweep_cli.shipped_table())
         return 0
     if args.command == "tune":
         return _tune_study(args.name, args.study_args, _subparser(parser, "tune"))

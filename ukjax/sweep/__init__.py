@@ -3,13 +3,14 @@
 A sweep is described by a spec (TOML; see :mod:`ukjax.sweep._spec` for every field): the model (a registered
 name or the user's ``module:function``, protocol in :mod:`ukjax.sweep._models`), distributions over any
 leaf of the parameter pytree and of the initial state (uniform, normal, log-normal, relative ±x %, choice,
-Cartesian grids), the integrator, the metrics and the number of scenarios.
+Cartesian grids), the integrator, the metrics and the number of scenarios. Specs ship with ukjax, run by
+name (:func:`shipped_specs`: ``scara``, ``five_bar``, ``coordinated_robots``; ``ukjax sweep --list``).
 
 ::
 
     import ukjax, ukjax.sweep
     ukjax.enable_float64()
-    summary = ukjax.sweep.run("experiments/sweep_scara.toml", out="ukjax-results/sweep_scara")
+    summary = ukjax.sweep.run("scara", out="ukjax-results/sweep_scara")   # a shipped spec, or a TOML path
     table = ukjax.sweep.load(summary.out)          # pyarrow.Table, one row per scenario; .to_pandas()
     ukjax.sweep.report(summary.out)                # quantiles, failures, histograms, scatter plots
     ukjax.sweep.rerun(summary.out, [17])[0].solution   # scenario 17 again, with its full trajectory
@@ -36,4 +37,5 @@ from ukjax.sweep._run import run as run
 from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS as METRIC_DESCRIPTIONS
 from ukjax.sweep._spec import Spec as Spec
 from ukjax.sweep._spec import load_spec as load_spec
+from ukjax.sweep._spec import shipped_specs as shipped_specs
 from ukjax.sweep._store import load as load

@@ -1,4 +1,5 @@
-"""``ukjax sweep SPEC``: run (or resume) a sweep from a TOML spec, then write its report."""
+"""``ukjax sweep SPEC``: run (or resume) a sweep from a TOML spec or a shipped spec's name, then write its
+report; ``ukjax sweep --list`` names the shipped specs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ DESCRIPTION = "run a Monte-Carlo sweep from a TOML spec (resumable, every device
 
 EPILOG = """\
 examples:
-  ukjax sweep experiments/sweep_scara.toml                      # run or resume, then report
-  ukjax sweep experiments/sweep_scara.toml --scenarios 2048     # a smaller run of the same spec
+  ukjax sweep --list                                            # the shipped specs and their folder
+  ukjax sweep scara                                             # run or resume a shipped spec, then report
+  ukjax sweep scara --scenarios 2048                            # a smaller run of the same spec
+  ukjax sweep my_sweep.toml                                     # a spec file of your own
   ukjax sweep --report ukjax-results/sweep_scara                # redraw the report of a result folder
   srun --ntasks=4 --gpus-per-task=1 ukjax sweep SPEC --distributed   # SLURM: 4 processes share the chunks
 
@@ -25,10 +28,17 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "sweep",
         help=DESCRIPTION,
         description=DESCRIPTION[0].upper() + DESCRIPTION[1:] + ".",
-        epilog=EPILOG,
+        epilog=EPILOG + "\nshipped specs (ukjax sweep NAME):\n" + shipped_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("spec", nargs="?", help="the sweep spec (TOML), e.g. experiments/sweep_scara.toml")
+    parser.add_argument(
+        "spec",
+        nargs="?",
+        help="a sweep spec: a TOML file, or the name of a shipped spec (`ukjax sweep --list`), e.g. scara",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="name the shipped specs and the folder that holds them, then exit"
+    )
     parser.add_argument(
         "--out", help="output folder (default: the spec's out, else ukjax-results/sweep_NAME)"
     )
@@ -67,6 +77,17 @@ def initialize(args) -> None:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
 
 
+def shipped_table() -> str:
+    """The shipped specs, one line each (name and description), and where their files are."""
+    from ukjax.cli import _format_table
+    from ukjax.sweep._spec import shipped_folder, shipped_specs
+
+    return (
+        _format_table(list(shipped_specs().items()))
+        + f"\nfiles: {shipped_folder()} (copy one to change it, then `ukjax sweep FILE`)"
+    )
+
+
 def main(args) -> int:
     """Run the sweep (or only the report) the parsed ``args`` ask for. Bad input, a folder that does not
     prove its results (``ValueError``) and a file that cannot be read or written (``OSError``: read-only
@@ -76,11 +97,17 @@ def main(args) -> int:
 
     from ukjax import sweep
 
+    if args.list:
+        print(shipped_table())
+        return 0
     if args.report is not None:
         sweep.report(args.report)
         return 0
     if args.spec is None:
-        raise ValueError("give a spec file (or --report DIR); see `ukjax sweep --help`")
+        raise ValueError(
+            "give a spec file or a shipped spec's name (`ukjax sweep --list`), or --report DIR; "
+            "see `ukjax sweep --help`"
+        )
     spec = sweep.load_spec(args.spec, scenarios=args.scenarios, chunk_size=args.chunk_size, seed=args.seed)
     summary = sweep.run(
         spec,

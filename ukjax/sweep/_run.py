@@ -444,8 +444,9 @@ def run(
     progress: bool = True,
     allow_version_change: bool = False,
 ) -> RunSummary:
-    """Run (or resume) the sweep ``spec`` (a TOML path, a dict or a :class:`Spec`) into ``out`` (default the
-    spec's ``out``); returns what this process did. ``devices``: how many local devices to use (default all).
+    """Run (or resume) the sweep ``spec`` (a TOML path, the name of a shipped spec such as ``"scara"``, a dict
+    or a :class:`Spec`; :func:`~ukjax.sweep.load_spec`) into ``out`` (default the spec's ``out``); returns
+    what this process did. ``devices``: how many local devices to use (default all).
     ``fresh``: discard the folder's earlier results of this sweep first. ``allow_version_change``: resume a
     sweep begun with other library versions (refused by default; :mod:`ukjax.sweep._store`).
 
@@ -655,7 +656,8 @@ class Scenario(NamedTuple):
 def rerun(source, indices, *, allow_version_change: bool = False) -> list[Scenario]:
     """Simulate the scenarios ``indices`` of a sweep again, with their full trajectories.
 
-    ``source``: a result folder or a spec. The draws depend only on the seed and the index, so this reproduces
+    ``source``: a result folder or a spec (as :func:`run` takes it; a folder of that name wins over a shipped
+    spec's name). The draws depend only on the seed and the index, so this reproduces
     the scenario of the table (same inputs; same metrics to rounding). A folder's manifest must prove itself
     (an edited seed or spec is refused, naming it), and the model's and metrics' code and the library versions
     must be those the sweep recorded (else ``ValueError`` saying what changed; ``allow_version_change``

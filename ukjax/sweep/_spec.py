@@ -3,6 +3,7 @@
 Spec fields (TOML, read with :mod:`tomllib`; or the same as a Python dict)::
 
     name = "scara"                  # default: the spec file's name
+    description = "..."             # optional, one line (``ukjax sweep --list`` shows it)
     model = "scara"                 # registered name (ukjax.sweep.MODELS) or "module:function"
     scenarios = 100000              # random draws (replicates) per grid cell
     chunk_size = 4096               # scenarios per compiled call and Parquet file; "auto": sized to memory
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.resources
 import math
 import re
 from collections.abc import Mapping
@@ -467,21 +469,71 @@ def total_scenarios(spec: Spec) -> int:
     return spec.scenarios * cells
 
 
+SHIPPED_SPECS = "specs"
+"""The folder of :mod:`ukjax.sweep` holding the specs shipped with ukjax (package data, one NAME.toml
+each), so that ``ukjax sweep NAME`` runs them from an installed package as from a clone."""
+
+
+def shipped_folder():
+    """The folder of the shipped specs (an :mod:`importlib.resources` traversable; a path once installed)."""
+    return importlib.resources.files("ukjax.sweep").joinpath(SHIPPED_SPECS)
+
+
+def _shipped_files() -> dict:
+    """name -> file (an :mod:`importlib.resources` traversable) of every shipped spec, in name order."""
+    files = [f for f in shipped_folder().iterdir() if f.is_file() and f.name.endswith(".toml")]
+    return {f.name.removesuffix(".toml"): f for f in sorted(files, key=lambda f: f.name)}
+
+
+def shipped_specs() -> dict[str, str]:
+    """name -> one-line description of every sweep spec shipped with ukjax, in name order.
+
+    ``load_spec(NAME)``, ``run(NAME)`` and ``ukjax sweep NAME`` run one; ``ukjax sweep --list`` prints this
+    table and the folder that holds the files (copy one to change it). A file that cannot be read (edited in
+    place, say) is listed with the reason as its description, so that it does not hide the others."""
+    found = {}
+    for name, file in _shipped_files().items():
+        try:
+            found[name] = str(_read_toml(file, name).get("description", ""))
+        except (ValueError, OSError) as error:
+            found[name] = f"(cannot be read: {error})"
+    return found
+
+
+def _read_toml(file, shown: str) -> dict:
+    try:
+        with file.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"sweep spec {shown!r} is not valid TOML: {error}") from error
+
+
+def _spec_file(source) -> tuple:
+    """(file, shown name) of a spec given as a path or as the name of a shipped spec. A path to an existing
+    file wins; otherwise a shipped name; otherwise ``ValueError`` listing the shipped names."""
+    path = Path(source)
+    if path.is_file():
+        return path, str(path)
+    shipped = _shipped_files()
+    if isinstance(source, str) and source in shipped:
+        return shipped[source], source
+    known = ", ".join(shipped) or "none"
+    if isinstance(source, str) and path.name == source and not path.suffix:  # a bare name, not a path
+        raise ValueError(f"unknown sweep spec {source!r}: not a shipped spec ({known}) nor a file")
+    raise ValueError(f"sweep spec {str(path)!r} is not a file (shipped specs, by name: {known})")
+
+
 def load_spec(source, **overrides) -> Spec:
-    """A :class:`Spec` from a TOML file path, or from a dict; ``overrides`` as in :func:`parse_spec`."""
+    """A :class:`Spec` from a TOML file path, the name of a shipped spec (:func:`shipped_specs`; a path to an
+    existing file of that name wins), or a dict; ``overrides`` as in :func:`parse_spec`. The spec's name
+    defaults to the file's, less a ``sweep_`` prefix."""
     if isinstance(source, Spec):
         return parse_spec(source.source, default_name=source.name, **overrides) if overrides else source
     if isinstance(source, Mapping):
         return parse_spec(source, **overrides)
-    path = Path(source)
-    if not path.is_file():
-        raise ValueError(f"sweep spec {str(path)!r} is not a file")
-    try:
-        with path.open("rb") as f:
-            table = tomllib.load(f)
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"sweep spec {str(path)!r} is not valid TOML: {error}") from error
-    return parse_spec(table, default_name=path.stem.removeprefix("sweep_"), **overrides)
+    file, shown = _spec_file(source)
+    table = _read_toml(file, shown)
+    return parse_spec(table, default_name=Path(file.name).stem.removeprefix("sweep_"), **overrides)
 
 
 # ------------------------------------------------------------------------------ checks against the model
