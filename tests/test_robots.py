@@ -113,7 +113,9 @@ def test_frames_and_sites_match_mujoco(arm3):
     """World poses of every body (fused ones too) and site: MuJoCo's xpos/xmat and site_xpos/site_xmat."""
     robot, _, _ = arm3
     model = mujoco_model("arm3.xml")
-    poses = jax.jit(lambda q, p: [robot.frame(name)(q, p) for name in (*robot.frame_names, *robot.site_names)])
+    poses = jax.jit(
+        lambda q, p: [robot.frame(name)(q, p) for name in (*robot.frame_names, *robot.site_names)]
+    )
     for q, qd in random_states(robot, 2, seed=2):
         data = mujoco_state(model, q, qd)
         expected = [(data.xmat[b].reshape(3, 3), data.xpos[b]) for b in range(model.nbody)]
@@ -122,8 +124,9 @@ def test_frames_and_sites_match_mujoco(arm3):
             np.testing.assert_allclose(R, R_ref, atol=1e-12)
             np.testing.assert_allclose(p, p_ref, atol=1e-12)
         tip = robot.point("tip", [0.0, 0.1, 0.0])(q, robot.params)
-        np.testing.assert_allclose(tip, data.site_xpos[1] + data.site_xmat[1].reshape(3, 3)[:, 1] * 0.1,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            tip, data.site_xpos[1] + data.site_xmat[1].reshape(3, 3)[:, 1] * 0.1, atol=1e-12
+        )
 
 
 # ---------------------------------------------------------------------------------------------- loops
@@ -162,7 +165,7 @@ def test_four_bar_constrained_acceleration_matches_kkt():
 
 
 def test_weld_and_joint_equality_match_kkt():
-    """A weld (6 rows) and a joint equality (1 row) against the KKT solution from MuJoCo's Jacobians of
+    """A weld (6 rows, between two moving bodies of one chain) and a joint equality (1 row) against the KKT solution from MuJoCo's Jacobians of
     the welded points and the two bodies' rotations, at states with consistent velocities (the weld's
     orientation rows, the skew part of R₂ᵀR₁R_rel, are a nonlinear function of the orientation error whose
     acceleration rows agree with the relative angular acceleration where the relative angular velocity
@@ -171,20 +174,20 @@ def test_weld_and_joint_equality_match_kkt():
     system = robot.system()
     model = mujoco_model("weld.xml")
     acceleration = jax.jit(system.acceleration)
-    fore, platform = (mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in ("fore", "platform"))
+    upper, platform = (mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in ("upper", "platform"))
     c1, c2 = model.eq_data[1, 1:3]  # q_a2 = c1 q_a1 + c2 q_a1²
     for q, qd in random_states(robot, 3, seed=4, scale=0.3):
         data = mujoco_state(model, q, qd)
-        x1 = data.xpos[fore] + data.xmat[fore].reshape(3, 3) @ model.eq_data[0, 3:6]
+        x1 = data.xpos[upper] + data.xmat[upper].reshape(3, 3) @ model.eq_data[0, 3:6]
         x2 = data.xpos[platform] + data.xmat[platform].reshape(3, 3) @ model.eq_data[0, 0:3]
-        P1, R1, DP1, DR1 = point_jacobians(model, data, fore, x1)
+        P1, R1, DP1, DR1 = point_jacobians(model, data, upper, x1)
         P2, R2, DP2, DR2 = point_jacobians(model, data, platform, x2)
         coupling = np.zeros(model.nv)
         coupling[[0, 1]] = -(c1 + 2 * c2 * q[0]), 1.0
         J = np.vstack([P1 - P2, R1 - R2, coupling])
         qd = qd - np.linalg.pinv(J) @ (J @ qd)  # consistent velocities: J q̇ = 0
         data = mujoco_state(model, q, qd)
-        P1, R1, DP1, DR1 = point_jacobians(model, data, fore, x1)
+        P1, R1, DP1, DR1 = point_jacobians(model, data, upper, x1)
         P2, R2, DP2, DR2 = point_jacobians(model, data, platform, x2)
         Jdot_qd = np.concatenate([(DP1 - DP2) @ qd, (DR1 - DR2) @ qd, [-2 * c2 * qd[0] ** 2]])
         expected = kkt_acceleration(model, data, J, Jdot_qd)
@@ -192,9 +195,9 @@ def test_weld_and_joint_equality_match_kkt():
 
 
 def test_equality_residuals_match_mujoco():
-    """φ of every equality row against MuJoCo's efc_pos at random configurations: connect and weld positions
-    and the joint equality equal; the weld's orientation rows are 2w·v where MuJoCo's are v (the error quaternion (w, v), torque
-    scale 1)."""
+    """φ of every equality row against MuJoCo's efc_pos at random configurations: connect and weld
+    positions and the joint equality equal; the weld's orientation rows are 2w·v where MuJoCo's are v
+    (the error quaternion (w, v), torque scale 1)."""
     for name in ("four_bar.xml", "weld.xml"):
         robot = robots.load(DATA / name)
         model = mujoco_model(name, constraints=True)
@@ -221,8 +224,9 @@ def test_four_bar_simulation_stays_closed():
     stabilized = ukjax.Baumgarte(gains=lambda p: (p["alpha"], p["beta"]))
     system = robot.system(baumgarte=stabilized)
     params = {**robot.params, "alpha": jnp.asarray(20.0), "beta": jnp.asarray(20.0)}
-    q0, qd0 = ukjax.consistent_state(system, jnp.zeros(3), jnp.array([1.0, 0.0, 0.0]), 0.0, params,
-                                     fixed=(0,))
+    q0, qd0 = ukjax.consistent_state(
+        system, jnp.zeros(3), jnp.array([1.0, 0.0, 0.0]), 0.0, params, fixed=(0,)
+    )
     sol = ukjax.simulate(system, q0, qd0, params, t1=1.0, dt0=2e-3)
     assert bool(sol.ok)
     assert float(jnp.max(jnp.abs(sol.q[:, 0] - q0[0]))) > 0.1  # it moves
@@ -248,6 +252,8 @@ def test_gradient_with_respect_to_a_mass_matches_finite_differences(arm3):
 
 
 def test_vmap_over_masses_matches_plain_and_jit(arm3):
+    """A batch of mass vectors through jax.vmap equals one jitted call per member, and the plain (not
+    jitted) call equals the jitted one (to round-off: the same operations, fused differently)."""
     robot, system, acceleration = arm3
     q, qd = random_states(robot, 1, seed=7)[0]
     scales = jnp.array([0.5, 1.0, 2.0])
@@ -256,7 +262,9 @@ def test_vmap_over_masses_matches_plain_and_jit(arm3):
     batched = jax.vmap(acceleration, in_axes=(None, None, None, axes))(q, qd, 0.0, batch)
     for i, scale in enumerate(scales):
         params = {**robot.params, "mass": robot.params["mass"] * scale}
-        np.testing.assert_allclose(batched[i], system.acceleration(q, qd, 0.0, params), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batched[i], acceleration(q, qd, 0.0, params), rtol=1e-12, atol=1e-12)
+    plain = system.acceleration(q, qd, 0.0, robot.params)
+    np.testing.assert_allclose(plain, batched[1], rtol=1e-12, atol=1e-12)
     assert not np.allclose(batched[0], batched[2])
 
 
@@ -294,7 +302,8 @@ def test_bad_inputs_are_named():
 
 
 BALL_AND_FREE = """<mujoco model="ball_free"><worldbody>
-  <body name="base" pos="0 0 1"><joint name="free" type="free"/><geom type="box" size="0.1 0.2 0.05" mass="2"/>
+  <body name="base" pos="0 0 1"><joint name="free" type="free"/>
+    <geom type="box" size="0.1 0.2 0.05" mass="2"/>
     <body name="arm" pos="0.1 0 0"><joint name="ball" type="ball" pos="0.02 0 0"/>
       <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="0.7"/></body></body>
 </worldbody></mujoco>"""
@@ -312,7 +321,9 @@ def test_ball_and_free_joints_match_mujoco():
     mujoco.mj_forward(model, data)
     q, qd, bodies = jnp.asarray(data.qpos), jnp.asarray(data.qvel), robot.bodies(robot.params)
     assert relative_error(robot.tree.mass_matrix(q, bodies), full_mass(model, data)) < RTOL
-    assert relative_error(robot.tree.bias_force(q, qd, bodies, robot.params["gravity"]), data.qfrc_bias) < RTOL
+    assert (
+        relative_error(robot.tree.bias_force(q, qd, bodies, robot.params["gravity"]), data.qfrc_bias) < RTOL
+    )
 
 
 @pytest.mark.skipif(hasattr(multibody, "ball"), reason="ukjax.multibody has ball joints")

@@ -221,7 +221,9 @@ class Robot(eqx.Module):
     def _placement(self, name: str) -> tuple:
         frames, sites = dict(self._frames), dict(self._sites)
         if name in frames and name in sites:
-            raise ValueError(f"{name!r} names both a body and a site of {self.name!r}; rename one in the file")
+            raise ValueError(
+                f"{name!r} names both a body and a site of {self.name!r}; rename one in the file"
+            )
         if name in frames:
             return frames[name]
         if name in sites:
@@ -230,20 +232,27 @@ class Robot(eqx.Module):
             f"{self.name!r} has no body or site named {name!r}; bodies: {list(frames)}, sites: {list(sites)}"
         )
 
-    def _pose(self, placement: tuple, q, params):
-        body, R_fixed, p_fixed = placement
+    def _poses(self, placements, q, params) -> list[tuple[jax.Array, jax.Array]]:
+        """World (R, p) of frames fixed on tree bodies, from one forward-kinematics pass."""
         dtype = jnp.result_type(q, params["offset"])
-        R_fixed, p_fixed = jnp.asarray(R_fixed, dtype), jnp.asarray(p_fixed, dtype)
-        if body < 0:
-            return R_fixed, p_fixed
-        R, p = self.tree.frames(q, self.bodies(params))
-        return R[body] @ R_fixed, p[body] + R[body] @ p_fixed
+        frames = None
+        if any(body >= 0 for body, _, _ in placements):
+            frames = self.tree.frames(q, self.bodies(params))
+        poses = []
+        for body, R_fixed, p_fixed in placements:
+            R_fixed, p_fixed = jnp.asarray(R_fixed, dtype), jnp.asarray(p_fixed, dtype)
+            if body < 0:
+                poses.append((R_fixed, p_fixed))
+            else:
+                R, p = frames[0][body], frames[1][body]
+                poses.append((R @ R_fixed, p + R @ p_fixed))
+        return poses
 
     def frame(self, name: str) -> Callable[[Any, Any], tuple[jax.Array, jax.Array]]:
         """``pose(q, params) -> (R, p)``: the world orientation R (3, 3) (world = R frame coordinates) and
         origin p (3,) (m) of the body or site ``name`` (a MuJoCo body, fused or not, or a site)."""
         placement = self._placement(name)
-        return lambda q, params: self._pose(placement, q, params)
+        return lambda q, params: self._poses([placement], q, params)[0]
 
     def point(self, name: str, offset=(0.0, 0.0, 0.0)) -> Callable[[Any, Any], jax.Array]:
         """``position(q, params) -> (3,)``: world position (m) of the point with coordinates ``offset`` in the
@@ -255,7 +264,7 @@ class Robot(eqx.Module):
             raise ValueError(f"point offset must be a finite 3-vector, got {offset!r}")
 
         def position(q, params):
-            R, p = self._pose(placement, q, params)
+            R, p = self._poses([placement], q, params)[0]
             return p + R @ jnp.asarray(local, p.dtype)
 
         return position
@@ -285,22 +294,22 @@ class Robot(eqx.Module):
 
             def phi(q, t, p):
                 if j2 < 0:
-                    return q[j1:j1 + 1] - coefficients[0]
+                    return q[j1 : j1 + 1] - coefficients[0]
                 x = q[j2]
-                return q[j1:j1 + 1] - sum(c * x**k for k, c in enumerate(coefficients))
+                return q[j1 : j1 + 1] - sum(c * x**k for k, c in enumerate(coefficients))
 
             return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
         _, _, frame1, frame2, anchor1, anchor2, relative = spec
 
         def phi(q, t, p):
-            R1, x1 = self._pose(frame1, q, p)
-            R2, x2 = self._pose(frame2, q, p)
+            (R1, x1), (R2, x2) = self._poses([frame1, frame2], q, p)
             position = x1 + R1 @ jnp.asarray(anchor1, x1.dtype) - x2 - R2 @ jnp.asarray(anchor2, x2.dtype)
             if kind == "connect":
                 return position
             E = R2.T @ R1 @ jnp.asarray(relative, R1.dtype)
-            return jnp.concatenate([position, 0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0],
-                                                               E[1, 0] - E[0, 1]])])
+            return jnp.concatenate(
+                [position, 0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])]
+            )
 
         return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
 
@@ -387,8 +396,11 @@ def _from_model(model) -> Robot:
     if model.njnt == 0:
         raise ValueError("the model has no joints: nothing moves")
     one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-    nonzero_reference = [joint_names[j] for j in range(model.njnt)
-                         if int(model.jnt_type[j]) in one_dof and model.qpos0[model.jnt_qposadr[j]] != 0.0]
+    nonzero_reference = [
+        joint_names[j]
+        for j in range(model.njnt)
+        if int(model.jnt_type[j]) in one_dof and model.qpos0[model.jnt_qposadr[j]] != 0.0
+    ]
     if nonzero_reference:
         raise NotImplementedError(
             f"joints {nonzero_reference} have a reference position (ref, qpos0 != 0); ukjax's coordinates "
@@ -400,7 +412,9 @@ def _from_model(model) -> Robot:
     offsets, rotations, damping, armature, joint_ids = [], [], [], [], []
     parts: list[list] = []  # rigid parts (mass, com, inertia) of each tree body, in its frame
     for b in range(1, model.nbody):
-        frame = placements[model.body_parentid[b]].then(_quat_to_matrix(model.body_quat[b]), model.body_pos[b])
+        frame = placements[model.body_parentid[b]].then(
+            _quat_to_matrix(model.body_quat[b]), model.body_pos[b]
+        )
         for k in range(model.body_jntnum[b]):
             j = model.body_jntadr[b] + k
             dof = model.jnt_dofadr[j]
@@ -423,11 +437,13 @@ def _from_model(model) -> Robot:
         placements.append(frame)
         if frame.body >= 0 and model.body_mass[b] > 0.0:
             R_inertial = frame.R @ _quat_to_matrix(model.body_iquat[b])
-            parts[frame.body].append((
-                float(model.body_mass[b]),
-                frame.p + frame.R @ model.body_ipos[b],
-                R_inertial @ np.diag(model.body_inertia[b]) @ R_inertial.T,
-            ))
+            parts[frame.body].append(
+                (
+                    float(model.body_mass[b]),
+                    frame.p + frame.R @ model.body_ipos[b],
+                    R_inertial @ np.diag(model.body_inertia[b]) @ R_inertial.T,
+                )
+            )
     composites = [_composite(p) for p in parts]
     params = {
         "offset": jnp.asarray(np.stack(offsets)),
@@ -441,8 +457,12 @@ def _from_model(model) -> Robot:
     }
     frames = tuple((body_names[b], placements[b].frozen()) for b in range(model.nbody))
     sites = tuple(
-        (site_names[s], placements[model.site_bodyid[s]]
-         .then(_quat_to_matrix(model.site_quat[s]), model.site_pos[s]).frozen())
+        (
+            site_names[s],
+            placements[model.site_bodyid[s]]
+            .then(_quat_to_matrix(model.site_quat[s]), model.site_pos[s])
+            .frozen(),
+        )
         for s in range(model.nsite)
     )
     equalities = _equalities(model, placements, joint_ids, joint_names, site_names)
@@ -473,8 +493,15 @@ def _equalities(model, placements, joint_ids, joint_names, site_names) -> tuple[
         label = mujoco.mj_id2name(model, obj.mjOBJ_EQUALITY, e) or f"equality{e}"
         id1, id2 = int(model.eq_obj1id[e]), int(model.eq_obj2id[e])
         if kind == eq.mjEQ_JOINT:
-            out.append(("joint", label, coordinate[id1], coordinate[id2] if id2 >= 0 else -1,
-                        tuple(float(c) for c in data[:5])))
+            out.append(
+                (
+                    "joint",
+                    label,
+                    coordinate[id1],
+                    coordinate[id2] if id2 >= 0 else -1,
+                    tuple(float(c) for c in data[:5]),
+                )
+            )
             continue
         if kind not in (eq.mjEQ_CONNECT, eq.mjEQ_WELD):
             raise NotImplementedError(
@@ -492,13 +519,15 @@ def _equalities(model, placements, joint_ids, joint_names, site_names) -> tuple[
                 anchors, relative = (data[0:3], data[3:6]), np.eye(3)
             else:
                 anchors, relative = (data[3:6], data[0:3]), _quat_to_matrix(data[6:10])
-        out.append((
-            "connect" if kind == eq.mjEQ_CONNECT else "weld",
-            label,
-            frames[0].frozen(),
-            frames[1].frozen(),
-            tuple(anchors[0].tolist()),
-            tuple(anchors[1].tolist()),
-            identity if kind == eq.mjEQ_CONNECT else tuple(map(tuple, relative.tolist())),
-        ))
+        out.append(
+            (
+                "connect" if kind == eq.mjEQ_CONNECT else "weld",
+                label,
+                frames[0].frozen(),
+                frames[1].frozen(),
+                tuple(anchors[0].tolist()),
+                tuple(anchors[1].tolist()),
+                identity if kind == eq.mjEQ_CONNECT else tuple(map(tuple, relative.tolist())),
+            )
+        )
     return tuple(out)
