@@ -165,11 +165,11 @@ def test_four_bar_constrained_acceleration_matches_kkt():
 
 
 def test_weld_and_joint_equality_match_kkt():
-    """A weld (6 rows, between two moving bodies of one chain) and a joint equality (1 row) against the KKT solution from MuJoCo's Jacobians of
-    the welded points and the two bodies' rotations, at states with consistent velocities (the weld's
-    orientation rows, the skew part of R₂ᵀR₁R_rel, are a nonlinear function of the orientation error whose
-    acceleration rows agree with the relative angular acceleration where the relative angular velocity
-    vanishes)."""
+    """A weld (6 rows, between two moving bodies of one chain) and a joint equality (1 row) against the KKT
+    solution from MuJoCo's Jacobians of the welded points and the two bodies' rotations, at states with
+    consistent velocities (the weld's orientation rows, the skew part of R₂ᵀR₁R_rel, are a nonlinear
+    function of the orientation error whose acceleration rows agree with the relative angular acceleration
+    where the relative angular velocity vanishes)."""
     robot = robots.load(DATA / "weld.xml")
     system = robot.system()
     model = mujoco_model("weld.xml")
