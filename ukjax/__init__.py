@@ -7,6 +7,7 @@ Importing ukjax changes no global JAX setting: call :func:`ukjax.enable_float64`
 
 from ukjax import multibody as multibody
 from ukjax import plot as plot
+from ukjax import robots as robots
 from ukjax import tune as tune
 from ukjax._checks import InputStatus as InputStatus
 from ukjax._checks import input_status as input_status

@@ -1,0 +1,533 @@
+"""Robots from MJCF and URDF files: one line from a robot description to a :class:`ukjax.System`.
+
+``robot = ukjax.robots.load("ur5.urdf")`` reads the file with MuJoCo's compiler (``mujoco.MjModel``, an
+optional dependency: ``pip install 'ukjax[robots]'``), which parses both formats, resolves MJCF defaults,
+includes and ``childclass``, and computes inertias from geometry where a file gives none. The compiled
+model is then mapped onto a :class:`ukjax.multibody.Tree` (Featherstone 2008 conventions) with every
+inertial and placement number a leaf of the parameter pytree ``robot.params``, so ``jax.grad`` and sweeps
+reach masses, centres of mass, inertias and joint placements:
+
+* MuJoCo's body tree (``body_parentid``) in its order, parents before children; a body's frame sits at
+  ``body_pos`` in its parent's frame, turned by ``body_quat``;
+* each hinge (revolute) or slide (prismatic) joint becomes one joint of the tree, about/along ``jnt_axis``
+  through ``jnt_pos`` (body frame): the tree's joint frame is placed at that anchor, so a revolute joint
+  turns the body about the axis through it, as MuJoCo does;
+* a body with several joints (MJCF allows it) becomes a chain of massless intermediate bodies, one per
+  joint, in MuJoCo's order (each later joint's axis moves with the earlier ones);
+* a body without joints (a URDF ``fixed`` joint, an MJCF body welded to its parent) is fused into the body
+  it hangs from: its mass, centre of mass and inertia join that body's (composite rigid body: masses add,
+  inertias are carried to the common centre of mass by the parallel-axis theorem, Featherstone 2008,
+  eq. 2.63), and its frame stays reachable by name; bodies fused into the world carry nothing;
+* ``body_mass``, ``body_ipos`` and the principal inertia ``body_inertia`` in the frame ``body_iquat``,
+  rotated into the body frame (I = R diag(I_p) Rᵀ); gravity from ``opt.gravity``;
+* joint damping (``dof_damping``, the viscous torque -b q̇) and armature (``dof_armature``, a rotor
+  inertia added to M's diagonal), both parameters; joint ranges as data (limits are not enforced);
+* MJCF ``<equality>`` ``connect`` (3 rows: a point of body 1 on a point of body 2), ``weld`` (6 rows:
+  the relative pose fixed at MuJoCo's reference ``relpose``) and ``joint`` (q₁ = polynomial of q₂) as
+  exact :class:`ukjax.Holonomic` constraints, not MuJoCo's soft constraints, optionally
+  Baumgarte-stabilized: :meth:`Robot.equality_constraints`, included by :meth:`Robot.system` by default.
+
+ukjax's coordinates are MuJoCo's ``qpos`` for hinge and slide joints (same order and sign), so states
+carry over between the two. Contacts, actuators, tendons, joint limits and friction loss are not mapped;
+joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joints map onto
+``ukjax.multibody.ball()``/``free()`` where ukjax provides them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ukjax import multibody
+from ukjax.constraints import Baumgarte, Holonomic
+from ukjax.system import System
+
+_EXTRA = "pip install 'ukjax[robots]'"
+
+
+def _mujoco():
+    """The ``mujoco`` module, imported on first use (an optional dependency of ukjax)."""
+    try:
+        import mujoco
+    except ImportError as error:  # pragma: no cover - mujoco is in the dev extra
+        raise ImportError(
+            f"ukjax.robots reads MJCF and URDF with MuJoCo's compiler; install it with {_EXTRA} "
+            "(the 'robots' extra: mujoco>=4.0)"
+        ) from error
+    return mujoco
+
+
+# ---------------------------------------------------------------------------------------------- geometry
+def _quat_to_matrix(quat) -> np.ndarray:
+    """Rotation matrix of a unit quaternion (w, x, y, z), MuJoCo's order."""
+    w, x, y, z = np.asarray(quat, dtype=float) / np.linalg.norm(quat)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+class _Placement:
+    """A frame fixed on tree body ``body`` (-1: the world): rotation R and origin p in that body's frame."""
+
+    def __init__(self, body: int, R=None, p=None):
+        self.body = body
+        self.R = np.eye(3) if R is None else np.asarray(R, dtype=float)
+        self.p = np.zeros(3) if p is None else np.asarray(p, dtype=float)
+
+    def then(self, R, p) -> _Placement:
+        """This frame moved by (R, p) given in its own coordinates."""
+        return _Placement(self.body, self.R @ R, self.p + self.R @ p)
+
+    def frozen(self) -> tuple:
+        return (self.body, tuple(map(tuple, self.R.tolist())), tuple(self.p.tolist()))
+
+
+def _composite(parts):
+    """Mass, centre of mass and inertia about it (all in one frame) of rigid parts (m, c, I_c)."""
+    mass = sum(m for m, _, _ in parts)
+    if mass <= 0.0:
+        return 0.0, np.zeros(3), sum((I for _, _, I in parts), np.zeros((3, 3)))
+    com = sum(m * c for m, c, _ in parts) / mass
+    inertia = np.zeros((3, 3))
+    for m, c, I in parts:
+        d = c - com
+        inertia += I + m * (d @ d * np.eye(3) - np.outer(d, d))  # parallel axes (Featherstone eq. 2.63)
+    return mass, com, inertia
+
+
+# ---------------------------------------------------------------------------------------------- Robot
+class Robot(eqx.Module):
+    """A robot read from MJCF or URDF: its :class:`ukjax.multibody.Tree`, names and default parameters.
+
+    Attributes:
+        tree: the kinematic tree (one joint per coordinate, MuJoCo's joint order).
+        params: default parameters, a dict of arrays: ``offset`` (n, 3), ``rotation`` (n, 3, 3), ``mass``
+            (n,), ``com`` (n, 3), ``inertia`` (n, 3, 3) as in :class:`ukjax.multibody.Bodies`, ``gravity``
+            (3,) (m/s²), ``damping`` (n,) (N m s/rad or N s/m) and ``armature`` (n,) (kg m² or kg).
+        name: the model's name.
+        body_names: the tree's bodies; a body with several joints gives intermediate bodies named
+            ``"body:joint"`` for all but its last joint.
+        joint_names: the joints, one per coordinate (also the system's coordinate names).
+        joint_range: (lower, upper) of each joint (rad or m), ``(-inf, inf)`` where it has no limit.
+        frame_names, site_names: the MuJoCo bodies (fused ones included) and sites reachable by
+            :meth:`frame` and :meth:`point`.
+    """
+
+    tree: multibody.Tree
+    params: dict
+    name: str = eqx.field(static=True)
+    body_names: tuple[str, ...] = eqx.field(static=True)
+    joint_names: tuple[str, ...] = eqx.field(static=True)
+    joint_range: tuple[tuple[float, float], ...] = eqx.field(static=True)
+    _frames: tuple[tuple[str, tuple], ...] = eqx.field(static=True)
+    _sites: tuple[tuple[str, tuple], ...] = eqx.field(static=True)
+    _equalities: tuple[tuple, ...] = eqx.field(static=True)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_model(cls, model) -> Robot:
+        """The robot of a compiled ``mujoco.MjModel`` (see the module docstring for the mapping)."""
+        return _from_model(model)
+
+    @property
+    def n(self) -> int:
+        return self.tree.n
+
+    @property
+    def frame_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self._frames)
+
+    @property
+    def site_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self._sites)
+
+    # ------------------------------------------------------------------ dynamics
+    def bodies(self, params) -> multibody.Bodies:
+        """The tree's :class:`ukjax.multibody.Bodies` read from ``params`` (differentiable)."""
+        return multibody.Bodies(
+            offset=params["offset"],
+            mass=params["mass"],
+            com=params["com"],
+            inertia=params["inertia"],
+            rotation=params["rotation"],
+        )
+
+    @staticmethod
+    def gravity(params):
+        """Gravity (3,) in world coordinates, m/s²."""
+        return params["gravity"]
+
+    def system(
+        self,
+        *,
+        applied_force: Callable[..., Any] | None = None,
+        constraints: tuple = (),
+        loops: bool = True,
+        baumgarte: Baumgarte | None = None,
+        **options,
+    ) -> System:
+        """The robot as a :class:`ukjax.System` (:meth:`ukjax.multibody.Tree.system`), coordinates named by
+        the joints.
+
+        Q = τ(q, q̇, t, p) - b q̇ - C(q, q̇): ``applied_force`` gives the joint forces τ (default none), b is
+        ``params["damping"]`` (MuJoCo's joint damping) and C the bias force by RNEA. M is the tree's mass
+        matrix plus ``diag(params["armature"])``; where the model has no armature, M⁻¹ is applied by the
+        articulated-body algorithm, otherwise by a Cholesky factorization of M.
+
+        ``loops=True`` adds :meth:`equality_constraints` (the MJCF ``<equality>`` elements active at the
+        start, each stabilized by ``baumgarte`` if given) before ``constraints``; the other ``options``
+        (``servo_constraints``, ``actuation``, ``nonideal``, ``constraint_rank``) go to
+        :meth:`ukjax.multibody.Tree.system`.
+        """
+        loop_constraints = self.equality_constraints(baumgarte) if loops else ()
+
+        def force(q, qd, t, p):
+            damping = p["damping"] * qd
+            return -damping if applied_force is None else jnp.asarray(applied_force(q, qd, t, p)) - damping
+
+        system = self.tree.system(
+            self.bodies,
+            self.gravity,
+            applied_force=force,
+            constraints=(*loop_constraints, *constraints),
+            coordinate_names=self.joint_names,
+            **options,
+        )
+        if not np.any(np.asarray(self.params["armature"])):
+            return system
+        tree_mass, tree_kinetic = system.mass, system.kinetic
+
+        def mass(q, t, p):
+            return tree_mass(q, t, p) + jnp.diag(p["armature"])
+
+        def kinetic(q, qd, t, p):
+            return tree_kinetic(q, qd, t, p) + 0.5 * jnp.sum(p["armature"] * qd**2)
+
+        return dataclasses.replace(system, mass=mass, kinetic=kinetic, mass_solve=None)
+
+    # ------------------------------------------------------------------ frames
+    def _placement(self, name: str) -> tuple:
+        frames, sites = dict(self._frames), dict(self._sites)
+        if name in frames and name in sites:
+            raise ValueError(
+                f"{name!r} names both a body and a site of {self.name!r}; rename one in the file"
+            )
+        if name in frames:
+            return frames[name]
+        if name in sites:
+            return sites[name]
+        raise ValueError(
+            f"{self.name!r} has no body or site named {name!r}; bodies: {list(frames)}, sites: {list(sites)}"
+        )
+
+    def _poses(self, placements, q, params) -> list[tuple[jax.Array, jax.Array]]:
+        """World (R, p) of frames fixed on tree bodies, from one forward-kinematics pass."""
+        dtype = jnp.result_type(q, params["offset"])
+        frames = None
+        if any(body >= 0 for body, _, _ in placements):
+            frames = self.tree.frames(q, self.bodies(params))
+        poses = []
+        for body, R_fixed, p_fixed in placements:
+            R_fixed, p_fixed = jnp.asarray(R_fixed, dtype), jnp.asarray(p_fixed, dtype)
+            if body < 0:
+                poses.append((R_fixed, p_fixed))
+            else:
+                R, p = frames[0][body], frames[1][body]
+                poses.append((R @ R_fixed, p + R @ p_fixed))
+        return poses
+
+    def frame(self, name: str) -> Callable[[Any, Any], tuple[jax.Array, jax.Array]]:
+        """``pose(q, params) -> (R, p)``: the world orientation R (3, 3) (world = R frame coordinates) and
+        origin p (3,) (m) of the body or site ``name`` (a MuJoCo body, fused or not, or a site)."""
+        placement = self._placement(name)
+        return lambda q, params: self._poses([placement], q, params)[0]
+
+    def point(self, name: str, offset=(0.0, 0.0, 0.0)) -> Callable[[Any, Any], jax.Array]:
+        """``position(q, params) -> (3,)``: world position (m) of the point with coordinates ``offset`` in the
+        frame of body or site ``name``, e.g. for a task constraint
+        ``Holonomic(lambda q, t, p: robot.point("wrist_3_link", [0, 0, 0.1])(q, p) - path(t))``."""
+        placement = self._placement(name)
+        local = np.asarray(offset, dtype=float)
+        if local.shape != (3,) or not np.all(np.isfinite(local)):
+            raise ValueError(f"point offset must be a finite 3-vector, got {offset!r}")
+
+        def position(q, params):
+            R, p = self._poses([placement], q, params)[0]
+            return p + R @ jnp.asarray(local, p.dtype)
+
+        return position
+
+    # ------------------------------------------------------------------ equality constraints
+    def equality_constraints(self, baumgarte: Baumgarte | None = None) -> tuple[Holonomic, ...]:
+        """The MJCF ``<equality>`` elements active at the start, as exact holonomic constraints φ(q) = 0:
+
+        * ``connect``: φ = x₁ - x₂ (3 rows), the world positions of the anchor on body 1 and its
+          counterpart on body 2 (MuJoCo's ``eq_data``: the anchor in body 1's frame, the point of body 2
+          that coincides with it in the compiled configuration), or of ``site1`` and ``site2``;
+        * ``weld``: φ = (x₁ - x₂, ½ vee(E - Eᵀ)) (6 rows) with E = R₂ᵀ R₁ R_rel, the relative
+          orientation against MuJoCo's reference ``relpose`` (R_rel; the skew part of E is sin θ times
+          the axis of the orientation error θ), the positions as for ``connect`` with the anchor on body 2;
+          for two sites, their frames coincide;
+        * ``joint``: φ = q₁ - (c₀ + c₁ q₂ + … + c₄ q₂⁴) (1 row), or q₁ - c₀ without a second joint.
+
+        ``baumgarte`` (optional, the same for all) stabilizes their drift, e.g.
+        ``ukjax.Baumgarte(gains=lambda p: (p["alpha"], p["beta"]))`` with the gains added to the params.
+        """
+        return tuple(self._equality(spec, baumgarte) for spec in self._equalities)
+
+    def _equality(self, spec, baumgarte) -> Holonomic:
+        kind, name = spec[0], spec[1]
+        if kind == "joint":
+            _, _, j1, j2, coefficients = spec
+
+            def phi(q, t, p):
+                if j2 < 0:
+                    return q[j1 : j1 + 1] - coefficients[0]
+                x = q[j2]
+                return q[j1 : j1 + 1] - sum(c * x**k for k, c in enumerate(coefficients))
+
+            return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
+        _, _, frame1, frame2, anchor1, anchor2, relative = spec
+
+        def phi(q, t, p):
+            (R1, x1), (R2, x2) = self._poses([frame1, frame2], q, p)
+            position = x1 + R1 @ jnp.asarray(anchor1, x1.dtype) - x2 - R2 @ jnp.asarray(anchor2, x2.dtype)
+            if kind == "connect":
+                return position
+            E = R2.T @ R1 @ jnp.asarray(relative, R1.dtype)
+            return jnp.concatenate(
+                [position, 0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])]
+            )
+
+        return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def load(source) -> Robot:
+    """The :class:`Robot` of an MJCF or URDF file (a path) or XML text (a string that starts with ``<``).
+
+    MJCF files are compiled from their path, so includes, meshes and assets resolve relative to the file.
+    URDF is read as text: its ``<visual>`` and ``<collision>`` elements are removed (meshes behind
+    ``package://`` paths are not needed for the dynamics) and MuJoCo's ``fusestatic`` is turned off, so
+    every link stays reachable by name (ukjax fuses links on fixed joints itself).
+    """
+    mujoco = _mujoco()
+    text = source.strip() if isinstance(source, str) and source.lstrip().startswith("<") else None
+    path = None
+    if text is None:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"no robot description file at {str(path)!r}")
+        text = path.read_text()
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as error:
+        raise ValueError(f"{path or 'the XML text'} is not well-formed XML: {error}") from error
+    try:
+        if root.tag == "robot":
+            model = mujoco.MjModel.from_xml_string(_urdf_for_mujoco(root))
+        elif root.tag == "mujoco":
+            model = mujoco.MjModel.from_xml_path(str(path)) if path else mujoco.MjModel.from_xml_string(text)
+        else:
+            raise ValueError(f"expected an MJCF (<mujoco>) or URDF (<robot>) document, found <{root.tag}>")
+    except ValueError as error:
+        if "expected an MJCF" in str(error):
+            raise
+        raise ValueError(f"MuJoCo could not compile {path or 'the XML text'}: {error}") from error
+    return _from_model(model)
+
+
+def _urdf_for_mujoco(root: ET.Element) -> str:
+    """URDF text without visual/collision elements and with ``fusestatic="false"`` for MuJoCo."""
+    for link in root.iter("link"):
+        for child in [c for c in link if c.tag in ("visual", "collision")]:
+            link.remove(child)
+    extension = root.find("mujoco")
+    if extension is None:
+        extension = ET.SubElement(root, "mujoco")
+    compiler = extension.find("compiler")
+    if compiler is None:
+        compiler = ET.SubElement(extension, "compiler")
+    compiler.set("fusestatic", "false")
+    compiler.set("discardvisual", "true")
+    return ET.tostring(root, encoding="unicode")
+
+
+def _names(model, kind, count: int, fallback: str) -> list[str]:
+    mujoco = _mujoco()
+    return [mujoco.mj_id2name(model, kind, i) or f"{fallback}{i}" for i in range(count)]
+
+
+def _tree_joint(jtype: int, axis, name: str):
+    """The ukjax joint of a MuJoCo joint type (hinge, slide; ball and free where ukjax has them)."""
+    mujoco = _mujoco()
+    if jtype == mujoco.mjtJoint.mjJNT_HINGE:
+        return multibody.revolute(axis)
+    if jtype == mujoco.mjtJoint.mjJNT_SLIDE:
+        return multibody.prismatic(axis)
+    kind = "ball" if jtype == mujoco.mjtJoint.mjJNT_BALL else "free"
+    if not hasattr(multibody, kind):
+        raise NotImplementedError(
+            f"joint {name!r}: {kind} joints need ukjax.multibody.{kind}, which this version of ukjax lacks "
+            "(hinge and slide joints are supported)"
+        )
+    return getattr(multibody, kind)()
+
+
+def _from_model(model) -> Robot:
+    mujoco = _mujoco()
+    obj = mujoco.mjtObj
+    body_names = _names(model, obj.mjOBJ_BODY, model.nbody, "body")
+    joint_names = _names(model, obj.mjOBJ_JOINT, model.njnt, "joint")
+    site_names = _names(model, obj.mjOBJ_SITE, model.nsite, "site")
+    model_name = bytes(model.names).split(b"\0", 1)[0].decode() or "robot"  # the model's name comes first
+    if model.njnt == 0:
+        raise ValueError("the model has no joints: nothing moves")
+    one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+    nonzero_reference = [
+        joint_names[j]
+        for j in range(model.njnt)
+        if int(model.jnt_type[j]) in one_dof and model.qpos0[model.jnt_qposadr[j]] != 0.0
+    ]
+    if nonzero_reference:
+        raise NotImplementedError(
+            f"joints {nonzero_reference} have a reference position (ref, qpos0 != 0); ukjax's coordinates "
+            "are measured from the compiled configuration: remove ref from the file"
+        )
+
+    placements = [_Placement(-1)]  # every MuJoCo body's frame on a tree body (the world: -1)
+    parents, joints, names, ranges = [], [], [], []
+    offsets, rotations, damping, armature, joint_ids = [], [], [], [], []
+    parts: list[list] = []  # rigid parts (mass, com, inertia) of each tree body, in its frame
+    for b in range(1, model.nbody):
+        frame = placements[model.body_parentid[b]].then(
+            _quat_to_matrix(model.body_quat[b]), model.body_pos[b]
+        )
+        for k in range(model.body_jntnum[b]):
+            j = model.body_jntadr[b] + k
+            dof = model.jnt_dofadr[j]
+            anchor = frame.then(np.eye(3), model.jnt_pos[j])
+            if int(model.jnt_type[j]) == mujoco.mjtJoint.mjJNT_FREE:  # qpos is the body's world pose itself
+                anchor = _Placement(-1)
+            parents.append(anchor.body)
+            joints.append(_tree_joint(int(model.jnt_type[j]), model.jnt_axis[j], joint_names[j]))
+            offsets.append(anchor.p)
+            rotations.append(anchor.R.T)  # joint coordinates = E_T parent coordinates
+            damping.append(float(model.dof_damping[dof]))
+            armature.append(float(model.dof_armature[dof]))
+            limited = bool(model.jnt_limited[j])
+            ranges.append(tuple(float(x) for x in model.jnt_range[j]) if limited else (-np.inf, np.inf))
+            last = k == model.body_jntnum[b] - 1
+            names.append(body_names[b] if last else f"{body_names[b]}:{joint_names[j]}")
+            joint_ids.append(j)
+            parts.append([])
+            frame = _Placement(len(joints) - 1, p=-np.asarray(model.jnt_pos[j], dtype=float))
+        placements.append(frame)
+        if frame.body >= 0 and model.body_mass[b] > 0.0:
+            R_inertial = frame.R @ _quat_to_matrix(model.body_iquat[b])
+            parts[frame.body].append(
+                (
+                    float(model.body_mass[b]),
+                    frame.p + frame.R @ model.body_ipos[b],
+                    R_inertial @ np.diag(model.body_inertia[b]) @ R_inertial.T,
+                )
+            )
+    composites = [_composite(p) for p in parts]
+    params = {
+        "offset": jnp.asarray(np.stack(offsets)),
+        "rotation": jnp.asarray(np.stack(rotations)),
+        "mass": jnp.asarray([m for m, _, _ in composites]),
+        "com": jnp.asarray(np.stack([c for _, c, _ in composites])),
+        "inertia": jnp.asarray(np.stack([I for _, _, I in composites])),
+        "gravity": jnp.asarray(np.array(model.opt.gravity, dtype=float)),
+        "damping": jnp.asarray(damping),
+        "armature": jnp.asarray(armature),
+    }
+    frames = tuple((body_names[b], placements[b].frozen()) for b in range(model.nbody))
+    sites = tuple(
+        (
+            site_names[s],
+            placements[model.site_bodyid[s]]
+            .then(_quat_to_matrix(model.site_quat[s]), model.site_pos[s])
+            .frozen(),
+        )
+        for s in range(model.nsite)
+    )
+    equalities = _equalities(model, placements, joint_ids, joint_names, site_names)
+    return Robot(
+        tree=multibody.Tree(parents=tuple(parents), joints=tuple(joints)),
+        params=params,
+        name=model_name,
+        body_names=tuple(names),
+        joint_names=tuple(joint_names[j] for j in joint_ids),
+        joint_range=tuple(ranges),
+        _frames=frames,
+        _sites=sites,
+        _equalities=equalities,
+    )
+
+
+def _equalities(model, placements, joint_ids, joint_names, site_names) -> tuple[tuple, ...]:
+    """Static descriptions of the active equality constraints (see :meth:`Robot.equality_constraints`)."""
+    mujoco = _mujoco()
+    eq, obj = mujoco.mjtEq, mujoco.mjtObj
+    coordinate = {j: i for i, j in enumerate(joint_ids)}
+    identity = tuple(map(tuple, np.eye(3).tolist()))
+    out = []
+    for e in range(model.neq):
+        if not model.eq_active0[e]:
+            continue
+        kind, data = int(model.eq_type[e]), np.asarray(model.eq_data[e], dtype=float)
+        label = mujoco.mj_id2name(model, obj.mjOBJ_EQUALITY, e) or f"equality{e}"
+        id1, id2 = int(model.eq_obj1id[e]), int(model.eq_obj2id[e])
+        if kind == eq.mjEQ_JOINT:
+            out.append(
+                (
+                    "joint",
+                    label,
+                    coordinate[id1],
+                    coordinate[id2] if id2 >= 0 else -1,
+                    tuple(float(c) for c in data[:5]),
+                )
+            )
+            continue
+        if kind not in (eq.mjEQ_CONNECT, eq.mjEQ_WELD):
+            raise NotImplementedError(
+                f"equality {label!r}: only connect, weld and joint equalities are mapped (type {kind})"
+            )
+        if model.eq_objtype[e] == obj.mjOBJ_SITE:
+            frames = [
+                placements[model.site_bodyid[s]].then(_quat_to_matrix(model.site_quat[s]), model.site_pos[s])
+                for s in (id1, id2)
+            ]
+            anchors, relative = (np.zeros(3), np.zeros(3)), np.eye(3)
+        else:
+            frames = [placements[id1], placements[id2]]
+            if kind == eq.mjEQ_CONNECT:
+                anchors, relative = (data[0:3], data[3:6]), np.eye(3)
+            else:
+                anchors, relative = (data[3:6], data[0:3]), _quat_to_matrix(data[6:10])
+        out.append(
+            (
+                "connect" if kind == eq.mjEQ_CONNECT else "weld",
+                label,
+                frames[0].frozen(),
+                frames[1].frozen(),
+                tuple(anchors[0].tolist()),
+                tuple(anchors[1].tolist()),
+                identity if kind == eq.mjEQ_CONNECT else tuple(map(tuple, relative.tolist())),
+            )
+        )
+    return tuple(out)
