@@ -32,11 +32,13 @@ from ukjax.dynamics import singular_mass_acceleration as singular_mass_accelerat
 from ukjax.dynamics import uk_acceleration as uk_acceleration
 from ukjax.dynamics import uk_acceleration_eq35 as uk_acceleration_eq35
 from ukjax.dynamics import uk_constraint_force as uk_constraint_force
+from ukjax.lagrangian import rigid_body_kinetic_energy as rigid_body_kinetic_energy
 from ukjax.linalg import PINV_METHODS as PINV_METHODS
 from ukjax.linalg import matrix_rank as matrix_rank
 from ukjax.linalg import pinv as pinv
 from ukjax.linalg import psd_ginv as psd_ginv
 from ukjax.linalg import psd_pinv as psd_pinv
+from ukjax.linearize import Linearization as Linearization
 from ukjax.simulation import RESULTS as RESULTS
 from ukjax.simulation import SimulationError as SimulationError
 from ukjax.simulation import Solution as Solution

@@ -48,6 +48,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
 from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic
@@ -246,8 +247,30 @@ def controllability(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> C
     return servo_controllability(eq.D, eq.r, rtol=rtol)
 
 
+def _pinned(indices, name: str, n: int) -> set[int]:
+    """Coordinate indices of one pin argument of :func:`consistent_state`, checked."""
+    out = set()
+    for i in indices:
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise ValueError(f"consistent_state: {name} must hold coordinate indices (ints), got {i!r}")
+        if not 0 <= int(i) < n:
+            raise ValueError(f"consistent_state: {name} indices must lie in [0, {n}), got {int(i)}")
+        out.add(int(i))
+    return out
+
+
 def consistent_state(
-    system, q_guess, qd_guess, t, p, *, fixed=(), servo: bool = True, iterations: int = 30
+    system,
+    q_guess,
+    qd_guess,
+    t,
+    p,
+    *,
+    fixed=(),
+    fixed_position=(),
+    fixed_rate=(),
+    servo: bool = True,
+    iterations: int = 30,
 ):
     """An initial state (q0, q̇0) on the constraint manifold, found from a guess.
 
@@ -260,29 +283,39 @@ def consistent_state(
     §II) note that second-order constraints lose no information only if the initial state satisfies the
     constraints of order zero and one; this function supplies such a state when a paper gives none.
 
-    ``fixed``: indices of coordinates whose position and velocity are kept exactly as guessed (a driving
-    crank's angle and speed, say); only the others move, J and K restricted to their columns. If the fixed
-    values admit no consistent state, the result is the least-squares compromise: check
-    ``system.residuals(q0, qd0, t, p)``.
+    Pins (indices of coordinates, each in [0, n)): ``fixed_position`` keeps those coordinates' positions
+    exactly as guessed (J restricted to the other columns), ``fixed_rate`` their rates (K likewise), and
+    ``fixed`` both (a driving crank's angle and speed, say). A crank angle may be pinned while its rate
+    follows from the others (``fixed_position=[i]``), or a speed while the angle is solved for
+    (``fixed_rate=[i]``). An index listed in ``fixed`` and again in ``fixed_position`` or ``fixed_rate`` is
+    refused as ambiguous. If the pinned values admit no consistent state, the result is the least-squares
+    compromise: check ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
-    fixed = sorted({int(i) for i in fixed})
-    if any(i < 0 or i >= system.n for i in fixed):
-        raise ValueError(f"consistent_state: fixed indices must lie in [0, {system.n}), got {fixed}")
-    free = jnp.asarray([i for i in range(system.n) if i not in fixed], dtype=int)
+    both = _pinned(fixed, "fixed", system.n)
+    positions = _pinned(fixed_position, "fixed_position", system.n)
+    rates = _pinned(fixed_rate, "fixed_rate", system.n)
+    for name, pins in (("fixed_position", positions), ("fixed_rate", rates)):
+        if pins & both:
+            raise ValueError(
+                f"consistent_state: coordinates {sorted(pins & both)} are listed in fixed (position and "
+                f"rate) and again in {name}; list each coordinate once"
+            )
+    free_q = jnp.asarray([i for i in range(system.n) if i not in both | positions], dtype=int)
+    free_qd = jnp.asarray([i for i in range(system.n) if i not in both | rates], dtype=int)
     constraints = tuple(system.constraints) + (tuple(system.servo_constraints) if servo else ())
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
     position = lambda q: view.residuals(q, qd_guess, t, p)[0]
     velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
 
-    def newton(residual, x):
+    def newton(residual, x, free):
         jacobian = jax.jacfwd(residual)(x)[:, free]
         return x.at[free].add(-pinv(jacobian) @ residual(x))
 
     q = q_guess
-    if position(q).size:
-        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x), q)
+    if position(q).size and free_q.size:
+        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, free_q), q)
     qd = qd_guess
-    if velocity(qd, q).size:
-        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x), qd)
+    if velocity(qd, q).size and free_qd.size:
+        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, free_qd), qd)
     return q, qd

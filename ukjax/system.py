@@ -714,6 +714,14 @@ class System(eqx.Module):
         """
         return tuple(jnp.linalg.norm(G, axis=1) for G in self.residual_gradients(A, rows))
 
+    def linearize(self, q, qd, t, p, *, independent, **options):
+        """The dynamics linearized at (q, q̇, t) in minimal coordinates: ẋ ≈ A x + B u for x = (q_I, v_I),
+        constraint and Baumgarte directions eliminated; see :func:`ukjax.linearize.linearize` (its keyword
+        arguments: ``independent_rates``, ``drop``, ``u``, ...) and :class:`ukjax.linearize.Linearization`."""
+        from ukjax.linearize import linearize  # ukjax.linearize reads Systems; a local import keeps one way
+
+        return linearize(self, q, qd, t, p, independent=independent, **options)
+
     def energy(self, q, qd, t, p):
         """Total mechanical energy T + V (systems built from a Lagrangian only)."""
         if self.kinetic is None or self.potential is None:
