@@ -118,7 +118,7 @@ def test_full_coordinate_jacobian_is_not_what_is_returned(cart_linearize):
 def test_gradient_of_the_unstable_eigenvalue_matches_finite_differences():
     """d/dp of the largest real part (the upright pendulum's sqrt((M + m) g / (M l))) by jax.grad through
     linearize and eigenvalues(), against central differences (step 1e-6: error ~1e-9) and the closed form.
-    The free cart's defective double zero does not spoil it (jnp.linalg.eigvals' derivative is off by 75 %
+    The free cart's defective double zero does not spoil it (jnp.linalg.eigvals' derivative is off by 78 %
     here: it inverts the singular eigenvector matrix)."""
 
     def growth(p):
