@@ -132,3 +132,21 @@ PENDULUM = System(
 )
 """A damped pendulum in Cartesian coordinates (x, y): mass p["m"], rod p["l"], gravity p["g"], drag p["c"],
 Baumgarte gains p["alpha"], p["beta"]; shared by the simulation and solver tests."""
+
+
+def rotation_x(a):
+    """The rotation by angle a about the x axis (3, 3)."""
+    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
+    return jnp.stack([jnp.stack([o, z, z]), jnp.stack([z, c, -s]), jnp.stack([z, s, c])])
+
+
+def rotation_y(a):
+    """The rotation by angle a about the y axis (3, 3)."""
+    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
+    return jnp.stack([jnp.stack([c, z, s]), jnp.stack([z, o, z]), jnp.stack([-s, z, c])])
+
+
+def rotation_z(a):
+    """The rotation by angle a about the z axis (3, 3)."""
+    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
+    return jnp.stack([jnp.stack([c, -s, z]), jnp.stack([s, c, z]), jnp.stack([z, z, o])])

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference
+from helpers import assert_tree_allclose, central_difference, rotation_x, rotation_y, rotation_z
 
 from ukjax import Baumgarte, Holonomic, Nonholonomic, System
 from ukjax.lagrangian import rigid_body_kinetic_energy
@@ -118,7 +118,7 @@ def test_full_coordinate_jacobian_is_not_what_is_returned(cart_linearize):
 def test_gradient_of_the_unstable_eigenvalue_matches_finite_differences():
     """d/dp of the largest real part (the upright pendulum's sqrt((M + m) g / (M l))) by jax.grad through
     linearize and eigenvalues(), against central differences (step 1e-6: error ~1e-9) and the closed form.
-    The free cart's defective double zero does not spoil it (jnp.linalg.eigvals' derivative is off by 75 %
+    The free cart's defective double zero does not spoil it (jnp.linalg.eigvals' derivative is off by 78 %
     here: it inverts the singular eigenvector matrix)."""
 
     def growth(p):
@@ -152,22 +152,11 @@ def test_bad_choices_are_refused_with_the_culprit_named():
         CART.linearize(q, qd, 0.0, CART_P, independent=("x_c", "z"))
     with pytest.raises(ValueError, match="not among the independent positions"):
         CART.linearize(q, qd, 0.0, CART_P, independent=INDEPENDENT, drop=["y_b"])
+    with pytest.raises(ValueError, match=r"u must have shape \(1,\)"):
+        CART.linearize(q, qd, 0.0, CART_P, independent=INDEPENDENT, u=jnp.ones(2))
 
 
 # ------------------------------------------------------------------ the rolling disk
-def _rz(a):
-    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
-    return jnp.stack([jnp.stack([c, -s, z]), jnp.stack([s, c, z]), jnp.stack([z, z, o])])
-
-
-def _rx(a):
-    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
-    return jnp.stack([jnp.stack([o, z, z]), jnp.stack([z, c, -s]), jnp.stack([z, s, c])])
-
-
-def _ry(a):
-    c, s, z, o = jnp.cos(a), jnp.sin(a), jnp.zeros_like(a), jnp.ones_like(a)
-    return jnp.stack([jnp.stack([c, z, s]), jnp.stack([z, o, z]), jnp.stack([-s, z, c])])
 
 
 def _disk_kinetic(q, qd, t, p):
@@ -175,8 +164,9 @@ def _disk_kinetic(q, qd, t, p):
     (body y). Orientation Rz(ψ) Rx(θ) Ry(φ); centre at (x, y, 0) + r Rz(ψ) Rx(θ) e_z; thin uniform disk:
     moments m r²/4 about a diameter, m r²/2 about the axis."""
     m, r = p["m"], p["r"]
-    rotation = lambda q_: _rz(q_[2]) @ _rx(q_[3]) @ _ry(q_[4])
-    centre = lambda q_: jnp.stack([q_[0], q_[1], 0.0 * q_[0]]) + r * (_rz(q_[2]) @ _rx(q_[3]))[:, 2]
+    rotation = lambda q_: rotation_z(q_[2]) @ rotation_x(q_[3]) @ rotation_y(q_[4])
+    tilt = lambda q_: rotation_z(q_[2]) @ rotation_x(q_[3])
+    centre = lambda q_: jnp.stack([q_[0], q_[1], 0.0 * q_[0]]) + r * tilt(q_)[:, 2]
     inertia = jnp.stack([m * r**2 / 4, m * r**2 / 2, m * r**2 / 4])
     return rigid_body_kinetic_energy(rotation, centre, q, qd, m, inertia)
 
@@ -314,7 +304,7 @@ def test_compound_pendulum_from_the_kinetic_energy_helper():
     def kinetic(q, qd, t, p):
         centre = lambda q_: p["d"] * jnp.stack([jnp.sin(q_[0]), -jnp.cos(q_[0]), 0.0 * q_[0]])
         inertia = jnp.stack([p["I"], p["I"], p["I"]])
-        return rigid_body_kinetic_energy(lambda q_: _rz(q_[0]), centre, q, qd, p["m"], inertia)
+        return rigid_body_kinetic_energy(lambda q_: rotation_z(q_[0]), centre, q, qd, p["m"], inertia)
 
     pendulum = System.from_lagrangian(kinetic, lambda q, t, p: -p["m"] * p["g"] * p["d"] * jnp.cos(q[0]), 1)
     lin = jax.jit(lambda q, qd, p: pendulum.linearize(q, qd, 0.0, p, independent=[0]))(

@@ -6,27 +6,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose
+from helpers import assert_tree_allclose, rotation_x, rotation_z
 
 from ukjax import System, simulate
 from ukjax.lagrangian import body_angular_velocity, rigid_body_kinetic_energy
 
 
-def _rz(a):
-    c, s = jnp.cos(a), jnp.sin(a)
-    zero, one = jnp.zeros_like(a), jnp.ones_like(a)
-    return jnp.stack([jnp.stack([c, -s, zero]), jnp.stack([s, c, zero]), jnp.stack([zero, zero, one])])
-
-
-def _rx(a):
-    c, s = jnp.cos(a), jnp.sin(a)
-    zero, one = jnp.zeros_like(a), jnp.ones_like(a)
-    return jnp.stack([jnp.stack([one, zero, zero]), jnp.stack([zero, c, -s]), jnp.stack([zero, s, c])])
-
-
 def zxz(q):
     """Body to world for Euler angles (φ, θ, ψ): R = Rz(φ) Rx(θ) Rz(ψ) (Goldstein's A is Rᵀ)."""
-    return _rz(q[0]) @ _rx(q[1]) @ _rz(q[2])
+    return rotation_z(q[0]) @ rotation_x(q[1]) @ rotation_z(q[2])
 
 
 def goldstein_body_rate(q, qd):

@@ -293,9 +293,14 @@ def linearize(
         u = jnp.zeros(actuation_matrix(system, q, t, p).shape[1], q.dtype)
     if u is not None and system.actuation is None:
         raise ValueError("linearize: inputs u need a system with actuation B(q, t, p)")
+    if u is not None:
+        u = jnp.asarray(u, dtype=q.dtype)
+        n_u = actuation_matrix(system, q, t, p).shape[1]
+        if u.shape != (n_u,):
+            raise ValueError(f"linearize: u must have shape ({n_u},) for the system's inputs, got {u.shape}")
     x0 = jnp.concatenate([q[P], qd[R]])
     A_full = jax.jacfwd(field)(x0, u)
-    B_full = None if u is None else jax.jacfwd(field, argnums=1)(x0, jnp.asarray(u))
+    B_full = None if u is None else jax.jacfwd(field, argnums=1)(x0, u)
     rate = field(x0, u)
 
     kept = [i for i, c in enumerate(positions) if c not in dropped] + [
