@@ -51,6 +51,7 @@ from ukjax.constraints import Baumgarte, Holonomic
 from ukjax.system import System
 
 _EXTRA = "pip install 'ukjax[robots]'"
+_DOFS = {0: 6, 1: 3, 2: 1, 3: 1}  # degrees of freedom of MuJoCo's free, ball, slide and hinge joints
 
 
 def _mujoco():
@@ -182,9 +183,11 @@ class Robot(eqx.Module):
         the joints.
 
         Q = τ(q, q̇, t, p) - b q̇ - C(q, q̇): ``applied_force`` gives the joint forces τ (default none), b is
-        ``params["damping"]`` (MuJoCo's joint damping) and C the bias force by RNEA. M is the tree's mass
-        matrix plus ``diag(params["armature"])``; where the model has no armature, M⁻¹ is applied by the
-        articulated-body algorithm, otherwise by a Cholesky factorization of M.
+        ``params["damping"]`` (MuJoCo's joint damping) and C the bias force by RNEA. Where the loaded model
+        has armature (``robot.params["armature"]`` not all zero), M is the tree's mass matrix plus
+        ``diag(params["armature"])``, factorized by Cholesky; otherwise M is the tree's alone and M⁻¹ is
+        applied by the articulated-body algorithm (O(n)), so an armature set in ``params`` for a model
+        loaded without one is not used: add it to the file.
 
         ``loops=True`` adds :meth:`equality_constraints` (the MJCF ``<equality>`` elements active at the
         start, each stabilized by ``baumgarte`` if given) before ``constraints``; the other ``options``
@@ -425,8 +428,9 @@ def _from_model(model) -> Robot:
             joints.append(_tree_joint(int(model.jnt_type[j]), model.jnt_axis[j], joint_names[j]))
             offsets.append(anchor.p)
             rotations.append(anchor.R.T)  # joint coordinates = E_T parent coordinates
-            damping.append(float(model.dof_damping[dof]))
-            armature.append(float(model.dof_armature[dof]))
+            dofs = range(dof, dof + _DOFS[int(model.jnt_type[j])])  # per degree of freedom, as MuJoCo's
+            damping.extend(float(model.dof_damping[d]) for d in dofs)
+            armature.extend(float(model.dof_armature[d]) for d in dofs)
             limited = bool(model.jnt_limited[j])
             ranges.append(tuple(float(x) for x in model.jnt_range[j]) if limited else (-np.inf, np.inf))
             last = k == model.body_jntnum[b] - 1
