@@ -23,6 +23,7 @@ SHORT_RUNS = {
     "flexible_joint": ["--t1", "0.5", "--num-saves", "21"],
     "swarm": ["--t1", "0.5", "--num-saves", "21"],
     "three_rrr": ["--t1", "0.3", "--num-saves", "7", "--samples", "2", "--levels", "1e-3,1e-2"],
+    "jansen": ["--periods", "0.25", "--kkt-states", "2"],
 }
 
 
@@ -36,6 +37,7 @@ SUMMARIES = {
     "flexible_joint": "below 0.001",
     "swarm": "closest approach",
     "three_rrr": "|u - KKT solve| <=",
+    "jansen": "foot vs closed form",
 }
 
 

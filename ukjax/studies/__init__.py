@@ -19,6 +19,7 @@ STUDIES: dict[str, str] = {
     "spiral": "ukjax.studies.spiral",
     "five_bar": "ukjax.studies.five_bar",
     "three_rrr": "ukjax.studies.three_rrr",
+    "jansen": "ukjax.studies.jansen",
 }
 
 
