@@ -199,17 +199,17 @@ def mjcf(params, copies: int, dt: float, integrator: str) -> str:
     )
 
 
-class MujocoChain:
-    """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
+class MujocoRollout:
+    """``mujoco.rollout`` of a compiled ``MjModel`` from a batch of initial states (q0s, qd0s), ``threads``
+    threads; ``control`` (optional, (batch, 1, nu)): each scenario's actuator inputs, held over the span.
+    ``run(steps)`` returns the batch's full physics states after ``steps`` steps."""
 
-    def __init__(self, params, copies, dt, integrator, q0s, qd0s, steps, threads):
+    def __init__(self, model, q0s, qd0s, steps, threads, *, control=None, compile_s=0.0):
         import mujoco
         from mujoco import rollout
 
         self.mujoco, self.rollout = mujoco, rollout
-        start = time.perf_counter()
-        self.model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
-        self.compile_s = time.perf_counter() - start
+        self.model, self.compile_s, self.control = model, compile_s, control
         self.datas = [mujoco.MjData(self.model) for _ in range(threads)]
         self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         size = mujoco.mj_stateSize(self.model, self.spec)
@@ -225,8 +225,21 @@ class MujocoChain:
     def run(self, steps):
         if steps != self.out.shape[1]:
             self.out = np.empty((len(self.initial), steps, self.out.shape[2]))
-        self.rollout.rollout(self.model, self.datas, self.initial, nstep=steps, state=self.out)
+        self.rollout.rollout(
+            self.model, self.datas, self.initial, self.control, nstep=steps, state=self.out
+        )
         return self.out[:, -1]
+
+
+class MujocoChain(MujocoRollout):
+    """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
+
+    def __init__(self, params, copies, dt, integrator, q0s, qd0s, steps, threads):
+        import mujoco
+
+        start = time.perf_counter()
+        model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
+        super().__init__(model, q0s, qd0s, steps, threads, compile_s=time.perf_counter() - start)
 
     def final(self, states):
         """(final q (batch, k), tip error |r_tip - p_tip| (batch,) from the tip and target sites)."""
@@ -254,11 +267,13 @@ class MujocoChain:
 
 
 # ------------------------------------------------------------------------------------------------ (a) ukjax
-def ukjax_batch(system, solver, q0, qd0, p, steps, *, dt, max_steps):
-    """The batch after ``steps`` fixed steps (t1 = steps dt at run time; at most ``max_steps``)."""
+def ukjax_batch(system, solver, q0, qd0, p, steps, *, dt, max_steps, batch_params=False):
+    """The batch after ``steps`` fixed steps (t1 = steps dt at run time; at most ``max_steps``);
+    ``batch_params`` as in :func:`ukjax.simulate_batch`."""
     t1 = jnp.asarray(steps, q0.dtype) * dt
     sol = ukjax.simulate_batch(
-        system, q0, qd0, p, t1=t1, ts=t1[None], dt=dt, solver=solver(), max_steps=max_steps
+        system, q0, qd0, p, t1=t1, ts=t1[None], dt=dt, solver=solver(), max_steps=max_steps,
+        batch_params=batch_params,
     )
     return sol.q[:, -1], sol.status
 
@@ -315,6 +330,22 @@ def cap_steps(run, steps, scenarios, args):
     if estimate <= args.budget_s:
         return steps, estimate
     return max(probe, int(args.budget_s / per_step)), estimate
+
+
+def run_interleaved(contenders, planned, rounds, progress, label):
+    """Each round runs every contender once, in order, for its planned steps (``planned[name][0]``, as
+    :func:`cap_steps` returns): (wall seconds and CPU seconds per name and round, each one's last output)."""
+    walls = {name: [] for name in contenders}
+    cpus = {name: [] for name in contenders}
+    finals = {}
+    for r in range(rounds):
+        for name, (run, _) in contenders.items():
+            wall, cpu = time.perf_counter(), cpu_seconds()
+            finals[name] = jax.block_until_ready(run(planned[name][0]))
+            walls[name].append(time.perf_counter() - wall)
+            cpus[name].append(cpu_seconds() - cpu)
+            progress(f"{label} round {r + 1}/{rounds}: {name} {walls[name][-1]:.2f} s")
+    return walls, cpus, finals
 
 
 def measure_size(links, family, args, progress):
@@ -380,17 +411,7 @@ def measure_size(links, family, args, progress):
                 f"k={links} {family}: {name} capped to {planned[name][0]} of {steps} steps (full run "
                 f"estimated {planned[name][1]:.0f} s > --budget-s {args.budget_s:g})"
             )
-    walls = {name: [] for name in contenders}
-    cpus = {name: [] for name in contenders}
-    finals = {}
-    for r in range(args.rounds):
-        for name, (run, _) in contenders.items():
-            wall, cpu = time.perf_counter(), cpu_seconds()
-            out = jax.block_until_ready(run(planned[name][0]))
-            walls[name].append(time.perf_counter() - wall)
-            cpus[name].append(cpu_seconds() - cpu)
-            finals[name] = out
-            progress(f"k={links} {family} round {r + 1}/{args.rounds}: {name} {walls[name][-1]:.2f} s")
+    walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"k={links} {family}")
     rows = {}
     for name in contenders:
         q_final, status = finals[name]

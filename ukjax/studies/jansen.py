@@ -193,7 +193,7 @@ def _mujoco_model():
     return mujoco, mujoco.MjModel.from_xml_path(str(MODEL_FILE))
 
 
-def _connect_gaps(mujoco, model, data) -> np.ndarray:
+def connect_gaps(mujoco, model, data) -> np.ndarray:
     """(loops, 3) x1 - x2 of every connect at the state in ``data`` (after ``mj_kinematics``), from MuJoCo's
     body poses and ``eq_data`` (anchor on body 1, its counterpart on body 2)."""
     gaps = []
@@ -248,7 +248,7 @@ def kkt_reference(theta, omega, alpha=0.0, beta=0.0) -> dict:
     data.qvel[:] = qd
     mujoco.mj_forward(model, data)
     A, A_dot = jacobians(True)
-    gaps = np.concatenate([*_connect_gaps(mujoco, model, data), [0.0]])  # the drive's φ is 0 at t = q_crank/ω
+    gaps = np.concatenate([*connect_gaps(mujoco, model, data), [0.0]])  # the drive's φ is 0 at t = q_crank/ω
     b = -A_dot @ qd - 2.0 * alpha * (A @ qd - rhs) - beta**2 * gaps  # and so is its φ̇ = q̇_crank - ω
     M = np.zeros((nv, nv))
     mujoco.mj_fullM(model, data, M)
@@ -281,7 +281,7 @@ def mujoco_soft_run(q0, qd0, omega, dt, steps, every) -> dict:
             mujoco.mj_kinematics(model, data)
             qs.append(data.qpos.copy())
             qds.append(data.qvel.copy())
-            gaps.append(_connect_gaps(mujoco, model, data))
+            gaps.append(connect_gaps(mujoco, model, data))
             feet.append(data.site_xpos[foot][[0, 2]].copy())
             ts.append(data.time)
         if step < steps:

@@ -1,0 +1,195 @@
+"""Speed per step on Jansen's Strandbeest leg (``ukjax/studies/data/jansen_leg.xml``): ukjax against MuJoCo on
+the same file, RK4 like for like.
+
+Contenders, interleaved in one process (each round runs every contender once; medians over rounds), on the
+same scenarios, span and fixed step:
+
+(a) ``ukjax_rk4``: :func:`ukjax.simulate_batch` with :class:`ukjax.RK4` of the driven leg of ``ukjax run
+    jansen`` (:func:`ukjax.studies.jansen.leg_system`): the tree of 7 hinges loaded from the file, its three
+    ``connect`` loops and the crank drive q_crank = ω t as exact Baumgarte-stabilized constraints (10 rows of
+    rank 7, the default method), float64.
+(b) ``mujoco_rk4``: ``mujoco.rollout`` of the same file with MuJoCo's RK4 (its integrator in the file), the
+    loops as MuJoCo's soft equality constraints (default solref/solimp), the crank held at ω by the file's
+    velocity actuator (ctrl = ω), ``--mujoco-threads`` threads (default 1; the JAX contender uses the cores
+    as XLA sees fit, so the CPU seconds are recorded beside the wall time).
+
+Scenarios: N crank speeds ω evenly spread over [π, 3π] rad/s (N = 1: 2π), from the compiled configuration with
+consistent joint rates. Both contenders run the same scenarios for the same number of steps; a contender
+whose full span is estimated above ``--budget-s`` runs fewer steps (scaling.py's ``cap_steps``), and the cost
+per step per scenario is what is compared. Reported per batch size N: µs per step per scenario (median
+wall time / (steps × N)), CPU µs likewise, compile time, and the largest connect gap |x₁ - x₂| over the
+batch at the end of each contender's span (ukjax: exact loops, MuJoCo: soft). ``uptime`` is recorded before
+and after.
+
+    python3 benchmarks/jansen_speed.py --quick     # N = 1, 64; a few minutes
+    python3 benchmarks/jansen_speed.py             # N = 1, 64, 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax.studies import jansen
+
+ukjax.enable_float64()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RunMeter, write_results  # noqa: E402
+from scaling import MujocoRollout, cap_steps, compile_jit, run_interleaved, ukjax_batch  # noqa: E402
+from throughput import machine_tag, source_state  # noqa: E402
+
+ALPHA = BETA = 20.0  # the study's Baumgarte gains (1/s)
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def scenarios(robot, system, count: int):
+    """(ω (N,), parameters with ω batched, q0s (N, 7), q̇0s (N, 7)): q̇ is linear in ω for the driven leg."""
+    omegas = np.full(1, 2 * np.pi) if count == 1 else np.linspace(np.pi, 3 * np.pi, count)
+    params = jansen.leg_params(robot, omega=2 * np.pi, alpha=ALPHA, beta=BETA)
+    q0, qd0 = jansen.initial_state(system, params)
+    qd0s = jnp.asarray(omegas[:, None] / (2 * np.pi)) * qd0[None, :]
+    batch = dict(params, omega=jnp.asarray(omegas))
+    return omegas, batch, jnp.tile(q0, (count, 1)), qd0s
+
+
+def ukjax_gaps(robot, params, q_final) -> np.ndarray:
+    loops = robot.equality_constraints()
+    gap = jax.jit(
+        jax.vmap(
+            lambda q: jnp.max(jnp.linalg.norm(jnp.stack([c.value(q, 0.0, params) for c in loops]), axis=1))
+        )
+    )
+    return np.asarray(gap(q_final))
+
+
+def mujoco_gaps(mj: MujocoRollout, states) -> np.ndarray:
+    mujoco, model, data = mj.mujoco, mj.model, mj.datas[0]
+    out = []
+    for state in states:
+        mujoco.mj_setState(model, data, state, mj.spec)
+        mujoco.mj_kinematics(model, data)
+        out.append(np.max(np.linalg.norm(jansen.connect_gaps(mujoco, model, data), axis=1)))
+    return np.asarray(out)
+
+
+def measure(count: int, args, progress) -> dict:
+    import mujoco
+
+    robot = jansen.load_leg()
+    system = jansen.leg_system(robot)
+    omegas, params, q0s, qd0s = scenarios(robot, system, count)
+    steps = int(round(args.span / args.dt))
+    spec = {key: key == "omega" for key in params}
+    fn = lambda q0, qd0, p, k: ukjax_batch(
+        system, ukjax.RK4, q0, qd0, p, k, dt=args.dt, max_steps=steps + 1, batch_params=spec
+    )
+    compiled, compile_s = compile_jit(fn, q0s, qd0s, params, steps)
+    progress(f"N={count}: compiled ukjax RK4 in {compile_s:.1f} s")
+    start = time.perf_counter()
+    model = mujoco.MjModel.from_xml_path(str(jansen.MODEL_FILE))
+    model.opt.timestep = args.dt
+    model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    control = np.asarray(omegas)[:, None, None]
+    mj = MujocoRollout(
+        model, q0s, qd0s, steps, args.mujoco_threads, control=control, compile_s=time.perf_counter() - start
+    )
+    contenders = {
+        "ukjax_rk4": (lambda k: compiled(q0s, qd0s, params, k), compile_s),
+        "mujoco_rk4": (lambda k: (mj.run(k), None), mj.compile_s),
+    }
+    planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
+    walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
+    gaps = {
+        "ukjax_rk4": ukjax_gaps(robot, dict(params, omega=params["omega"][0]), finals["ukjax_rk4"][0]),
+        "mujoco_rk4": mujoco_gaps(mj, finals["mujoco_rk4"][0]),
+    }
+    rows = {}
+    for name in contenders:
+        ran = planned[name][0]
+        wall = statistics.median(walls[name])
+        rows[name] = {
+            "us_per_step_per_scenario": wall / (ran * count) * 1e6,
+            "cpu_us_per_step_per_scenario": statistics.mean(cpus[name]) / (ran * count) * 1e6,
+            "compile_s": contenders[name][1],
+            "median_wall_s": wall,
+            "walls_s": walls[name],
+            "cpu_per_wall": sum(cpus[name]) / sum(walls[name]),
+            "steps": ran,
+            "span_s": ran * args.dt,
+            "capped": ran < steps,
+            "max_connect_gap_m": float(np.max(gaps[name])),
+        }
+    status = finals["ukjax_rk4"][1]
+    rows["ukjax_rk4"]["not_success"] = int(np.sum(np.asarray(status) != int(ukjax.RESULTS.success)))
+    ratio = rows["mujoco_rk4"]["us_per_step_per_scenario"] / rows["ukjax_rk4"]["us_per_step_per_scenario"]
+    return {"batch": count, "contenders": rows, "mujoco_over_ukjax": ratio}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024], help="batch sizes N")
+    parser.add_argument("--span", type=float, default=1.0, help="simulated seconds (default %(default)s)")
+    parser.add_argument("--dt", type=float, default=1e-3, help="fixed RK4 step (s) (default %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds; medians (default %(default)s)"
+    )
+    parser.add_argument("--budget-s", type=float, default=20.0, help="wall budget of one contender's run")
+    parser.add_argument("--probe-steps", type=int, default=50, help="steps timed to estimate a run's cost")
+    parser.add_argument("--mujoco-threads", type=int, default=1, help="mujoco.rollout threads (default 1)")
+    parser.add_argument("--quick", action="store_true", help="N = 1, 64 and 2 rounds")
+    parser.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/jansen-speed-<machine>.json)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.rounds = [1, 64], 2
+    import mujoco
+
+    from ukjax.studies._common import environment
+
+    env = environment()
+    out = Path(args.out or Path(__file__).parent / "results" / f"jansen-speed-{machine_tag(env)}.json")
+    meter, before = RunMeter(), uptime()
+    rows = []
+    for count in args.batches:
+        rows.append(measure(count, args, lambda text: print(text, flush=True)))
+    payload = {
+        "description": "Jansen leg (7 hinges, 3 connect loops, crank at constant speed), ukjax "
+        "simulate_batch RK4 (exact loops and drive, float64) vs mujoco.rollout RK4 (soft loops, velocity "
+        f"actuator) on the same file, fixed step {args.dt} s over {args.span} s, contenders interleaved "
+        f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios)",
+        "config": vars(args) | {"out": str(out)},
+        "source": source_state(),
+        "uptime_before": before,
+        "uptime_after": uptime(),
+        **meter.record(),
+        "mujoco_version": mujoco.__version__,
+        "rows": rows,
+    }
+    write_results(out, payload)
+    print(
+        f"{'N':>6} {'ukjax µs/step/sc':>17} {'MuJoCo µs/step/sc':>18} {'MuJoCo/ukjax':>13} {'gaps (m)':>20}"
+    )
+    for row in rows:
+        uk, mj = row["contenders"]["ukjax_rk4"], row["contenders"]["mujoco_rk4"]
+        costs = f"{uk['us_per_step_per_scenario']:>17.2f} {mj['us_per_step_per_scenario']:>18.2f}"
+        gaps = f"{uk['max_connect_gap_m']:>9.1e} {mj['max_connect_gap_m']:>9.1e}"
+        print(f"{row['batch']:>6} {costs} {row['mujoco_over_ukjax']:>13.2f} {gaps}")
+    print(f"wrote {out}\n  before: {before}\n  after:  {payload['uptime_after']}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
