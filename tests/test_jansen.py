@@ -32,7 +32,7 @@ def test_closed_form_keeps_every_link_length_and_the_gait():
         length = np.linalg.norm(points[end] - points[start], axis=-1)
         np.testing.assert_allclose(length, jansen.UNIT * jansen.HOLY_NUMBERS[link], atol=1e-12, err_msg=link)
     np.testing.assert_allclose(points["B"], np.broadcast_to([-0.38, -0.078], (360, 2)))
-    gait = jansen.gait(theta, points["G"])
+    gait = jansen.gait(points["G"])
     assert 0.67 < gait["stride_length_m"] < 0.69 and 0.22 < gait["step_height_m"] < 0.23
     assert 0.35 < gait["stance_fraction_within_1cm"] < 0.5
     assert np.all(points["G"][:, 1] < points["F"][:, 1])  # the foot is the lowest joint

@@ -67,12 +67,14 @@ def installed(tmp_path_factory):
 def test_ukjax_comes_from_the_wheel_with_its_specs(installed):
     bin_, work, env = installed
     script = (
-        "import json, ukjax, ukjax.sweep; "
-        "print(json.dumps([ukjax.__file__, sorted(ukjax.sweep.shipped_specs())]))"
+        "import json, ukjax, ukjax.sweep, ukjax.studies.jansen as leg; "
+        "print(json.dumps([ukjax.__file__, sorted(ukjax.sweep.shipped_specs()), str(leg.MODEL_FILE), "
+        "leg.MODEL_FILE.is_file()]))"
     )
-    where, names = json.loads(_run([bin_ / "python", "-c", script], work, env).stdout)
+    where, names, leg_file, leg_shipped = json.loads(_run([bin_ / "python", "-c", script], work, env).stdout)
     assert Path(where).is_relative_to(bin_.parent), where
     assert {"scara", "five_bar", "coordinated_robots"} <= set(names)
+    assert leg_shipped and Path(leg_file).is_relative_to(bin_.parent), leg_file  # the Jansen leg's MJCF
     listing = _run([bin_ / "ukjax", "sweep", "--list"], work, env).stdout
     assert "scara" in listing and str(bin_.parent) in listing  # the files are the installed ones
 

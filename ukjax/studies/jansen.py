@@ -99,7 +99,9 @@ def linkage_points(theta, lengths=None) -> dict[str, np.ndarray]:
     lengths = HOLY_NUMBERS if lengths is None else lengths
     missing = sorted(set(HOLY_NUMBERS) - set(lengths))
     if missing:
-        raise ValueError(f"linkage_points: lengths lacks {missing} (it needs a ... m, Jansen's lettering)")
+        raise ValueError(
+            f"linkage_points: lengths lacks {missing} (the 13 lengths a to m in cm, Jansen's lettering)"
+        )
     L = {key: UNIT * float(value) for key, value in lengths.items()}
     theta = np.asarray(theta, dtype=float)
     zero = np.zeros(theta.shape + (2,))
@@ -139,9 +141,10 @@ def joint_angles(theta) -> np.ndarray:
     return q
 
 
-def gait(theta, foot) -> dict:
-    """Stride length (horizontal extent, m) and step height (vertical extent, m) of a foot path (..., 2) over
-    a whole crank turn, and the fraction of the turn in stance (the foot within 1 cm of its lowest point)."""
+def gait(foot) -> dict:
+    """Stride length (horizontal extent, m) and step height (vertical extent, m) of a foot path (samples, 2)
+    evenly spaced in crank angle over a whole turn, and the fraction of the turn in stance (the foot within
+    1 cm of its lowest point)."""
     foot = np.asarray(foot)
     low = foot[:, 1] - foot[:, 1].min()
     return {
@@ -442,7 +445,7 @@ def run(args) -> dict:
         "max_foot_error_vs_closed_form_m": float(foot_error.max()),
         "max_coordinate_error_vs_closed_form_rad": float(q_error.max()),
         "foot_within_tolerance": bool(foot_error.max() <= args.tolerance),
-        "gait_closed_form": gait(turn, foot_turn),
+        "gait_closed_form": gait(foot_turn[:-1]),  # 720 angles: without the repeated 2π
         "crank_torque_range_Nm": [float(torques.min()), float(torques.max())],
         "kkt_check": kkt_rows,
         "mujoco_soft": {
