@@ -5,10 +5,10 @@ runs here, in order, in one namespace. The examples it points to (tuning a gain 
 live on the docs pages, whose own fast checks are in tests/test_docs.py."""
 
 import math
-
-import jax.numpy as jnp
 import re
 from pathlib import Path
+
+import jax.numpy as jnp
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
