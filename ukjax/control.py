@@ -260,29 +260,37 @@ def consistent_state(
     §II) note that second-order constraints lose no information only if the initial state satisfies the
     constraints of order zero and one; this function supplies such a state when a paper gives none.
 
+    On a configuration manifold (``System.retract``, ball or free joints) the position steps are taken in
+    the chart, q ← normalize(q ⊕ δ), and ``fixed`` indexes the velocity's coordinates.
+
     ``fixed``: indices of coordinates whose position and velocity are kept exactly as guessed (a driving
     crank's angle and speed, say); only the others move, J and K restricted to their columns. If the fixed
     values admit no consistent state, the result is the least-squares compromise: check
     ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
+    n = system.n
     fixed = sorted({int(i) for i in fixed})
-    if any(i < 0 or i >= system.n for i in fixed):
-        raise ValueError(f"consistent_state: fixed indices must lie in [0, {system.n}), got {fixed}")
-    free = jnp.asarray([i for i in range(system.n) if i not in fixed], dtype=int)
+    if any(i < 0 or i >= n for i in fixed):
+        raise ValueError(f"consistent_state: fixed indices must lie in [0, {n}), got {fixed}")
+    free = jnp.asarray([i for i in range(n) if i not in fixed], dtype=int)
     constraints = tuple(system.constraints) + (tuple(system.servo_constraints) if servo else ())
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
     position = lambda q: view.residuals(q, qd_guess, t, p)[0]
     velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
+    add = lambda x, d: x + d
+    # On a configuration manifold q moves through the chart, q ⊕ δ, and back onto the manifold.
+    move = add if system.retract is None else (lambda x, d: system.project(system.retract(x, d)))
 
-    def newton(residual, x):
-        jacobian = jax.jacfwd(residual)(x)[:, free]
-        return x.at[free].add(-pinv(jacobian) @ residual(x))
+    def newton(residual, x, move):
+        zero = jnp.zeros(n, x.dtype)
+        jacobian = jax.jacfwd(lambda d: residual(move(x, d)))(zero)[:, free]
+        return move(x, zero.at[free].set(-pinv(jacobian) @ residual(x)))
 
     q = q_guess
     if position(q).size:
-        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x), q)
+        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, move), q)
     qd = qd_guess
     if velocity(qd, q).size:
-        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x), qd)
+        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, add), qd)
     return q, qd
