@@ -213,7 +213,8 @@ class System(eqx.Module):
     Attributes:
         mass: ``M(q, t, p) -> (n, n)``, symmetric positive definite for the default solver.
         force: ``Q(q, qd, t, p) -> (n,)``, all given (applied, Coriolis/centrifugal, gravity) forces.
-        n: number of generalized coordinates.
+        n: number of generalized coordinates: of velocities, the size of M, Q and of A's rows (where nq ≠ n,
+            q has nq numbers).
         constraints: passive constraints (:class:`~ukjax.constraints.Holonomic`,
             :class:`~ukjax.constraints.Nonholonomic`, :class:`~ukjax.constraints.AccelerationLevel`), in the
             order the recursive solver enforces them (lower levels of a composed system first).
@@ -735,8 +736,8 @@ class System(eqx.Module):
         same state: ``(∂φ/∂q (k_h, n), ∂(φ̇, ψ)/∂q̇ (k_v, n))``, rows in the order of :meth:`residuals`.
 
         The rows of A are exactly these gradients (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic
-        one, and ∂φ̇/∂q̇ = ∂φ/∂q), so nothing is differentiated again. ``rows``: the rows of each constraint's
-        block of A.
+        one, and ∂φ̇/∂q̇ = ∂φ/∂q; on a manifold ∂φ(q ⊕ δ)/∂δ at δ = 0), so nothing is differentiated
+        again. ``rows``: the rows of each constraint's block of A.
         """
         position, velocity, row = [], [], 0
         for constraint, count in zip(self.constraints, rows, strict=True):
