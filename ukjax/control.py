@@ -288,7 +288,9 @@ def consistent_state(
     ``fixed`` both (a driving crank's angle and speed, say). A crank angle may be pinned while its rate
     follows from the others (``fixed_position=[i]``), or a speed while the angle is solved for
     (``fixed_rate=[i]``). An index listed in ``fixed`` and again in ``fixed_position`` or ``fixed_rate`` is
-    refused as ambiguous. If the pinned values admit no consistent state, the result is the least-squares
+    refused as ambiguous. On a configuration manifold (``System.retract``, ball or free joints) the position
+    steps are taken in the chart, q ← normalize(q ⊕ δ), and the pins index the velocity's coordinates. If the
+    pinned values admit no consistent state, the result is the least-squares
     compromise: check ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
@@ -307,15 +309,21 @@ def consistent_state(
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
     position = lambda q: view.residuals(q, qd_guess, t, p)[0]
     velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
+    add = lambda x, d: x + d
+    # On a configuration manifold q moves through the chart, q ⊕ δ, and back onto the manifold.
+    move = add if system.retract is None else (lambda x, d: system.project(system.retract(x, d)))
 
-    def newton(residual, x, free):
-        jacobian = jax.jacfwd(residual)(x)[:, free]
-        return x.at[free].add(-pinv(jacobian) @ residual(x))
+    def newton(residual, x, free, move):
+        zero = jnp.zeros(system.n, x.dtype)
+        jacobian = jax.jacfwd(lambda d: residual(move(x, d)))(zero)[:, free]
+        return move(x, zero.at[free].set(-pinv(jacobian) @ residual(x)))
 
     q = q_guess
     if position(q).size and free_q.size:
-        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, free_q), q)
+        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, free_q, move), q)
     qd = qd_guess
     if velocity(qd, q).size and free_qd.size:
-        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, free_qd), qd)
+        qd = jax.lax.fori_loop(
+            0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, free_qd, add), qd
+        )
     return q, qd
