@@ -307,3 +307,5 @@ def test_refusals_name_the_problem():
     scenarios = ukjax.tune.Scenarios(q0=jnp.zeros((2, 6)), qd0=jnp.zeros((2, 6)))
     with pytest.raises(ValueError, match="q0 has 6 coordinates per scenario; the system has 7"):
         scenarios.check(FREE_SYSTEM.n, nq=FREE_SYSTEM.nq)
+    with pytest.raises(ValueError, match="linearize needs q̇ = v"):
+        FREE_SYSTEM.linearize(FREE.neutral(), jnp.zeros(6), 0.0, FREE_PARAMS, independent=range(6))

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import ukjax
-from ukjax import multibody, robots
+from ukjax import robots
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -309,7 +309,6 @@ BALL_AND_FREE = """<mujoco model="ball_free"><worldbody>
 </worldbody></mujoco>"""
 
 
-@pytest.mark.skipif(not hasattr(multibody, "ball"), reason="ukjax.multibody.ball/free not in this ukjax")
 def test_ball_and_free_joints_match_mujoco():
     robot = robots.load(BALL_AND_FREE)
     model = mujoco.MjModel.from_xml_string(BALL_AND_FREE)
@@ -324,12 +323,11 @@ def test_ball_and_free_joints_match_mujoco():
     assert (
         relative_error(robot.tree.bias_force(q, qd, bodies, robot.params["gravity"]), data.qfrc_bias) < RTOL
     )
-
-
-@pytest.mark.skipif(hasattr(multibody, "ball"), reason="ukjax.multibody has ball joints")
-def test_ball_joints_need_multibody_ball():
-    with pytest.raises(NotImplementedError, match="ukjax.multibody.free"):
-        robots.load(BALL_AND_FREE)
+    system = robot.system()
+    assert (system.nq, system.n) == (model.nq, model.nv) == (11, 9)
+    names = system.coordinate_names
+    assert names[:3] == ("free:vx", "free:vy", "free:vz") and names[-1] == "ball:wz"
+    assert relative_error(system.acceleration(q, qd, 0.0, robot.params), data.qacc) < RTOL
 
 
 @pytest.mark.slow
