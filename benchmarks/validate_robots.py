@@ -38,6 +38,7 @@ from _common import write_results  # noqa: E402
 
 import ukjax  # noqa: E402
 from ukjax import robots  # noqa: E402
+from ukjax.studies._common import example_robot_file  # noqa: E402
 
 ukjax.enable_float64()
 
@@ -48,17 +49,6 @@ ROBOTS = {
 }
 # float64 recursions over 6-9 bodies agree to ~1e-15 relative; 1e-10 flags any modelling difference
 TOLERANCE = 1e-10
-
-
-def example_robot_data() -> Path:
-    """The folder of example-robot-data's robots (installed by its cmeel wheel under site-packages)."""
-    import site
-
-    for folder in site.getsitepackages():
-        robots_dir = Path(folder) / "cmeel.prefix" / "share" / "example-robot-data" / "robots"
-        if robots_dir.is_dir():
-            return robots_dir
-    raise FileNotFoundError("example-robot-data is not installed (pip install example-robot-data)")
 
 
 def relative_error(a, b) -> float:
@@ -136,7 +126,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
         errors["mujoco_bias"] = max(errors["mujoco_bias"], relative_error(C, mj_data.qfrc_bias))
         errors["mujoco_qacc"] = max(errors["mujoco_qacc"], relative_error(qacc, mj_data.qacc))
     return {
-        "urdf": str(path.relative_to(example_robot_data())),
+        "urdf": ROBOTS[name],
         "n": robot.n,
         "joints": list(robot.joint_names),
         "states": states,
@@ -147,8 +137,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
 
 
 def run(states: int = 20, seed: int = 0) -> dict:
-    folder = example_robot_data()
-    return {name: compare(name, folder / path, states, seed) for name, path in ROBOTS.items()}
+    return {name: compare(name, example_robot_file(path), states, seed) for name, path in ROBOTS.items()}
 
 
 def main() -> None:

@@ -205,6 +205,35 @@ def servo_control(
     return constraint_following_control(eq.D, eq.r, _null_vector(s, q, qd, t, p), rtol=rtol)
 
 
+def servo_force(
+    model, model_params: Callable, *, s: Callable | None = None, method: str = "ldl", rtol=None
+) -> Callable:
+    """A controller computed from a model, acting on another system (the plant) as an applied force.
+
+    ``ukjax.simulate`` of a system with ``actuation`` and ``servo_constraints`` computes the controls from
+    that same system, i.e. with an exact model of the plant. To simulate a controller whose model differs
+    from the plant (a payload it does not know, masses it has wrong), give the plant no servo constraints
+    and this force:
+
+        Q_u(q, q̇, t, p) = B_m(q, t, p_m) u,   u = servo_control(model, q, q̇, t, p_m),   p_m = model_params(p),
+
+    the controls of seed 000 eq. 35 computed at the plant's measured state (q, q̇) from the model's M, Q, A_s
+    and b_s, applied to the plant through the model's actuation matrix. ``model`` is a system with
+    ``actuation`` and ``servo_constraints``; ``model_params(p)`` picks the model's parameters out of the
+    plant's pytree, e.g. ``lambda p: p["controller"]``, so the model's parameters (and the servo gains) stay
+    differentiable leaves of ``p``. With ``model_params(p)`` equal to the plant's parameters and the same
+    equations, the plant obeys the servo constraints exactly as under :func:`closed_loop_acceleration`.
+    """
+    _require_controlled(model, "servo_force")
+
+    def force(q, qd, t, p):
+        pm = model_params(p)
+        u = servo_control(model, q, qd, t, pm, s=s, method=method, rtol=rtol)
+        return actuation_matrix(model, q, t, pm) @ u
+
+    return force
+
+
 def servo_residual(system, q, qd, t, p, qdd):
     """One entry per servo-constraint row: φ (holonomic), ψ (nonholonomic), A q̈ - b (acceleration level)."""
     parts = []
