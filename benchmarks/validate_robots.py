@@ -56,6 +56,15 @@ def relative_error(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a) - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
+def mujoco_urdf_model(path: Path):
+    """MuJoCo's own compilation of a URDF (its static links fused by MuJoCo), without the visual and
+    collision elements (their meshes sit behind package:// paths)."""
+    import mujoco
+
+    text = re.sub(r"<(visual|collision)\b.*?</\1>", "", path.read_text(), flags=re.S)
+    return mujoco.MjModel.from_xml_string(text)
+
+
 def compare(name: str, path: Path, states: int, seed: int) -> dict:
     import mujoco
     import pinocchio
@@ -79,8 +88,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
     pin_model = pinocchio.buildModelFromUrdf(str(path))
     pin_data = pin_model.createData()
     pin_names = tuple(pin_model.names[1:])
-    text = re.sub(r"<(visual|collision)\b.*?</\1>", "", path.read_text(), flags=re.S)
-    mj_model = mujoco.MjModel.from_xml_string(text)
+    mj_model = mujoco_urdf_model(path)
     mj_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
     mj_data = mujoco.MjData(mj_model)
     mj_names = tuple(mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt))

@@ -191,9 +191,11 @@ class Setup:
         """(position error ‖x - c‖ (T,) m, orientation error ‖½ vee(...)‖ (T,) rad, torques (T, 6) N m) at
         the saved times of one scenario."""
         phi = jax.vmap(lambda q, t: self.constraint.value(q, t, p["controller"]))(sol.q, sol.ts)
-        torque = jax.vmap(lambda q, qd, t: control.servo_control(self.model, q, qd, t, p["controller"]))(
-            sol.q, sol.qd, sol.ts
-        )
+        torque = jax.vmap(
+            lambda q, qd, t: control.servo_control(
+                self.model, q, qd, t, p["controller"], pinv_method="householder"
+            )
+        )(sol.q, sol.qd, sol.ts)
         return jnp.linalg.norm(phi[:, :3], axis=1), jnp.linalg.norm(phi[:, 3:], axis=1), torque
 
 
