@@ -199,17 +199,16 @@ def mjcf(params, copies: int, dt: float, integrator: str) -> str:
     )
 
 
-class MujocoChain:
-    """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
+class MujocoRollout:
+    """``mujoco.rollout`` of a compiled model from a batch of initial states (qpos, qvel) with ``threads``
+    MjData (one thread each); :meth:`run` returns the full physics state after the steps."""
 
-    def __init__(self, params, copies, dt, integrator, q0s, qd0s, steps, threads):
+    def __init__(self, model, q0s, qd0s, steps, threads, compile_s=0.0):
         import mujoco
         from mujoco import rollout
 
         self.mujoco, self.rollout = mujoco, rollout
-        start = time.perf_counter()
-        self.model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
-        self.compile_s = time.perf_counter() - start
+        self.model, self.compile_s = model, compile_s
         self.datas = [mujoco.MjData(self.model) for _ in range(threads)]
         self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         size = mujoco.mj_stateSize(self.model, self.spec)
@@ -227,6 +226,26 @@ class MujocoChain:
             self.out = np.empty((len(self.initial), steps, self.out.shape[2]))
         self.rollout.rollout(self.model, self.datas, self.initial, nstep=steps, state=self.out)
         return self.out[:, -1]
+
+    def positions(self, states):
+        """qpos (batch, nq) of full physics states (as :meth:`run` returns them)."""
+        data = self.datas[0]
+        qs = []
+        for state in states:
+            self.mujoco.mj_setState(self.model, data, state, self.spec)
+            qs.append(data.qpos.copy())
+        return np.stack(qs)
+
+
+class MujocoChain(MujocoRollout):
+    """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
+
+    def __init__(self, params, copies, dt, integrator, q0s, qd0s, steps, threads):
+        import mujoco
+
+        start = time.perf_counter()
+        model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
+        super().__init__(model, q0s, qd0s, steps, threads, time.perf_counter() - start)
 
     def final(self, states):
         """(final q (batch, k), tip error |r_tip - p_tip| (batch,) from the tip and target sites)."""

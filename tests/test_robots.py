@@ -339,10 +339,13 @@ def test_ur5_and_panda_match_pinocchio_and_mujoco():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from validate_robots import TOLERANCE, example_robot_data, run
+    from validate_robots import ROBOTS, TOLERANCE, run
+
+    from ukjax.studies._common import example_robot_file
 
     try:
-        example_robot_data()
+        for path in ROBOTS.values():
+            example_robot_file(path)
     except FileNotFoundError as error:
         pytest.skip(str(error))
     for name, result in run(states=3, seed=1).items():
