@@ -200,11 +200,11 @@ def mjcf(params, copies: int, dt: float, integrator: str) -> str:
 
 
 class MujocoRollout:
-    """``mujoco.rollout`` of a compiled ``MjModel`` from a batch of initial states (q0s, qd0s), ``threads``
-    threads; ``control`` (optional, (batch, 1, nu)): each scenario's actuator inputs, held over the span.
-    ``run(steps)`` returns the batch's full physics states after ``steps`` steps."""
+    """``mujoco.rollout`` of a compiled model from a batch of initial states (qpos, qvel) with ``threads``
+    MjData (one thread each); ``control`` (optional, (batch, 1, nu)): each scenario's actuator inputs, held
+    over the span. :meth:`run` returns the full physics state after the steps."""
 
-    def __init__(self, model, q0s, qd0s, steps, threads, *, control=None, compile_s=0.0):
+    def __init__(self, model, q0s, qd0s, steps, threads, compile_s=0.0, *, control=None):
         import mujoco
         from mujoco import rollout
 
@@ -230,6 +230,15 @@ class MujocoRollout:
         )
         return self.out[:, -1]
 
+    def positions(self, states):
+        """qpos (batch, nq) of full physics states (as :meth:`run` returns them)."""
+        data = self.datas[0]
+        qs = []
+        for state in states:
+            self.mujoco.mj_setState(self.model, data, state, self.spec)
+            qs.append(data.qpos.copy())
+        return np.stack(qs)
+
 
 class MujocoChain(MujocoRollout):
     """``mujoco.rollout`` of the chain from a batch of initial states; final joint angles and tip errors."""
@@ -239,7 +248,7 @@ class MujocoChain(MujocoRollout):
 
         start = time.perf_counter()
         model = mujoco.MjModel.from_xml_string(mjcf(params, copies, dt, integrator))
-        super().__init__(model, q0s, qd0s, steps, threads, compile_s=time.perf_counter() - start)
+        super().__init__(model, q0s, qd0s, steps, threads, time.perf_counter() - start)
 
     def final(self, states):
         """(final q (batch, k), tip error |r_tip - p_tip| (batch,) from the tip and target sites)."""

@@ -424,6 +424,28 @@ def tune_gradient() -> str:
     return table(header, rows, ["---", "---:", "---:", "---:", "---:", "---:"])
 
 
+ROBOTS_SPEED = "robots_speed-cpu.json"
+
+
+def robots_speed() -> str:
+    """The UR5's passive dynamics per step: ukjax RK4 against MuJoCo's RK4 (one thread, all threads)."""
+    data = load(ROBOTS_SPEED)
+    names = list(data["rows"][0]["contenders"])
+    mujocos = [n for n in names if n.startswith("mujoco")]
+    rows = []
+    for row in data["rows"]:
+        c = row["contenders"]
+        cells = [str(row["scenarios"])]
+        cells += [f"{c[n]['us_per_step_per_scenario']:.3g} µs" for n in names]
+        cells += [f"{row['ratios'][f'{n} / ukjax_rk4']:.2f}×" for n in mujocos]
+        diffs = [c[n]["max_final_q_difference_rad"] for n in mujocos if c[n]["max_final_q_difference_rad"]]
+        cells.append(sci(max(diffs)) if diffs else "-")
+        rows.append(cells)
+    label = lambda n: n.replace("_", " ").replace("rk4", "RK4").replace("thread", " thread")
+    header = ["N", *[label(n) for n in names], *[f"{label(n)} / ukjax" for n in mujocos], "max Δq (rad)"]
+    return table(header, rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "user-model": user_model,
     "throughput": throughput,
@@ -437,6 +459,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "recursive-solver": recursive_solver,
     "compile-and-gradient": compile_and_gradient,
     "tune-gradient": tune_gradient,
+    "robots-speed": robots_speed,
 }
 
 

@@ -38,6 +38,7 @@ from _common import write_results  # noqa: E402
 
 import ukjax  # noqa: E402
 from ukjax import robots  # noqa: E402
+from ukjax.studies._common import example_robot_file  # noqa: E402
 
 ukjax.enable_float64()
 
@@ -50,20 +51,18 @@ ROBOTS = {
 TOLERANCE = 1e-10
 
 
-def example_robot_data() -> Path:
-    """The folder of example-robot-data's robots (installed by its cmeel wheel under site-packages)."""
-    import site
-
-    for folder in site.getsitepackages():
-        robots_dir = Path(folder) / "cmeel.prefix" / "share" / "example-robot-data" / "robots"
-        if robots_dir.is_dir():
-            return robots_dir
-    raise FileNotFoundError("example-robot-data is not installed (pip install example-robot-data)")
-
-
 def relative_error(a, b) -> float:
     b = np.asarray(b)
     return float(np.max(np.abs(np.asarray(a) - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def mujoco_urdf_model(path: Path):
+    """MuJoCo's own compilation of a URDF (its static links fused by MuJoCo), without the visual and
+    collision elements (their meshes sit behind package:// paths)."""
+    import mujoco
+
+    text = re.sub(r"<(visual|collision)\b.*?</\1>", "", path.read_text(), flags=re.S)
+    return mujoco.MjModel.from_xml_string(text)
 
 
 def compare(name: str, path: Path, states: int, seed: int) -> dict:
@@ -89,8 +88,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
     pin_model = pinocchio.buildModelFromUrdf(str(path))
     pin_data = pin_model.createData()
     pin_names = tuple(pin_model.names[1:])
-    text = re.sub(r"<(visual|collision)\b.*?</\1>", "", path.read_text(), flags=re.S)
-    mj_model = mujoco.MjModel.from_xml_string(text)
+    mj_model = mujoco_urdf_model(path)
     mj_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
     mj_data = mujoco.MjData(mj_model)
     mj_names = tuple(mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt))
@@ -136,7 +134,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
         errors["mujoco_bias"] = max(errors["mujoco_bias"], relative_error(C, mj_data.qfrc_bias))
         errors["mujoco_qacc"] = max(errors["mujoco_qacc"], relative_error(qacc, mj_data.qacc))
     return {
-        "urdf": str(path.relative_to(example_robot_data())),
+        "urdf": ROBOTS[name],
         "n": robot.n,
         "joints": list(robot.joint_names),
         "states": states,
@@ -147,8 +145,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
 
 
 def run(states: int = 20, seed: int = 0) -> dict:
-    folder = example_robot_data()
-    return {name: compare(name, folder / path, states, seed) for name, path in ROBOTS.items()}
+    return {name: compare(name, example_robot_file(path), states, seed) for name, path in ROBOTS.items()}
 
 
 def main() -> None:

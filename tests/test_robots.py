@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import ukjax
-from ukjax import multibody, robots
+from ukjax import robots
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -309,7 +309,6 @@ BALL_AND_FREE = """<mujoco model="ball_free"><worldbody>
 </worldbody></mujoco>"""
 
 
-@pytest.mark.skipif(not hasattr(multibody, "ball"), reason="ukjax.multibody.ball/free not in this ukjax")
 def test_ball_and_free_joints_match_mujoco():
     robot = robots.load(BALL_AND_FREE)
     model = mujoco.MjModel.from_xml_string(BALL_AND_FREE)
@@ -324,12 +323,11 @@ def test_ball_and_free_joints_match_mujoco():
     assert (
         relative_error(robot.tree.bias_force(q, qd, bodies, robot.params["gravity"]), data.qfrc_bias) < RTOL
     )
-
-
-@pytest.mark.skipif(hasattr(multibody, "ball"), reason="ukjax.multibody has ball joints")
-def test_ball_joints_need_multibody_ball():
-    with pytest.raises(NotImplementedError, match="ukjax.multibody.free"):
-        robots.load(BALL_AND_FREE)
+    system = robot.system()
+    assert (system.nq, system.n) == (model.nq, model.nv) == (11, 9)
+    names = system.coordinate_names
+    assert names[:3] == ("free:vx", "free:vy", "free:vz") and names[-1] == "ball:wz"
+    assert relative_error(system.acceleration(q, qd, 0.0, robot.params), data.qacc) < RTOL
 
 
 @pytest.mark.slow
@@ -341,10 +339,13 @@ def test_ur5_and_panda_match_pinocchio_and_mujoco():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from validate_robots import TOLERANCE, example_robot_data, run
+    from validate_robots import ROBOTS, TOLERANCE, run
+
+    from ukjax.studies._common import example_robot_file
 
     try:
-        example_robot_data()
+        for path in ROBOTS.values():
+            example_robot_file(path)
     except FileNotFoundError as error:
         pytest.skip(str(error))
     for name, result in run(states=3, seed=1).items():

@@ -346,4 +346,4 @@ def test_cli_tune_help_lists_the_studies(capsys):
     text = capsys.readouterr().out
     for name in studies.TUNE_STUDIES:
         assert name in text
-    assert set(studies.TUNE_STUDIES) == {"scara", "servo", "flexible_joint"}
+    assert set(studies.TUNE_STUDIES) == {"scara", "servo", "flexible_joint", "ur5"}

@@ -15,6 +15,7 @@ motion back).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -186,8 +187,10 @@ def solver(value, default):
     return value
 
 
-def state(n: int, q0, qd0, batched: bool):
-    """(q0, qd0) as real floating arrays of shape (n,) or (batch, n), batch >= 1, finite when concrete."""
+def state(n: int, q0, qd0, batched: bool, nq: int | None = None):
+    """(q0, qd0) as real floating arrays of shape (nq,) and (n,) (``nq=None``: n), or with a batch axis
+    first, batch >= 1, finite when concrete."""
+    nq = n if nq is None else nq
     for name, x in (("q0", q0), ("qd0", qd0)):
         wrong = _not_numeric(x, any_object=True)
         if wrong is not None:
@@ -200,13 +203,17 @@ def state(n: int, q0, qd0, batched: bool):
             raise ValueError(f"{name} must be real; got a complex array (ukjax integrates real states)")
     if not (jnp.issubdtype(q0.dtype, jnp.floating) and q0.dtype == qd0.dtype):
         q0, qd0 = q0.astype(jnp.result_type(float)), qd0.astype(jnp.result_type(float))
-    expected = "(batch, n)" if batched else "(n,)"
     ndim = 2 if batched else 1
-    if q0.ndim != ndim or qd0.ndim != ndim or q0.shape != qd0.shape or q0.shape[-1] != n:
-        raise ValueError(
-            f"q0 and qd0 must both have shape {expected} with n = {n}; got q0.shape={q0.shape}, "
-            f"qd0.shape={qd0.shape}"
-        )
+    same_batch = not batched or q0.shape[:1] == qd0.shape[:1]
+    if q0.ndim != ndim or qd0.ndim != ndim or not same_batch or q0.shape[-1] != nq or qd0.shape[-1] != n:
+        expected = "(batch, n)" if batched else "(n,)"
+        if nq == n:
+            what = f"q0 and qd0 must both have shape {expected} with n = {n}"
+        else:
+            shapes = ("(batch, nq)", "(batch, n)") if batched else ("(nq,)", "(n,)")
+            what = (f"q0 must have shape {shapes[0]} and qd0 shape {shapes[1]} with nq = {nq} configuration "
+                    f"numbers and n = {n} velocities")  # fmt: skip
+        raise ValueError(f"{what}; got q0.shape={q0.shape}, qd0.shape={qd0.shape}")
     if batched and q0.shape[0] == 0:
         raise ValueError("the batch is empty: q0 and qd0 have 0 scenarios (shape (0, n))")
     for name, x in (("q0", q0), ("qd0", qd0)):
@@ -346,8 +353,9 @@ def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) 
         for constraint in constraints:
             label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
             signature = signatures[type(constraint).__name__]
-            _call(label, signature, jax.eval_shape, constraint.second_order, q0, qd0, t0, params)
-            _call(label, signature, jax.eval_shape, constraint.residuals, q0, qd0, t0, params)
+            for form in (constraint.second_order, constraint.residuals):
+                form = functools.partial(form, retract=system.retract)
+                _call(label, signature, jax.eval_shape, form, q0, qd0, t0, params)
             if hasattr(constraint, "phi"):
                 phi = np.asarray(constraint.value(q0, t0, params))
                 if not np.all(np.isfinite(phi)):

@@ -100,10 +100,19 @@ def _time_like(t, q):
     return jnp.asarray(t, dtype=jnp.result_type(q))
 
 
+def _origin(q, qd):
+    """δ = 0 of the chart at q: zeros of the velocity's shape."""
+    return jnp.zeros(jnp.shape(qd), jnp.result_type(q, qd))
+
+
 class Holonomic(eqx.Module):
     """Position-level constraint ``phi(q, t, p) = 0`` returning a vector of k equations.
 
     Second-order form (seed 002 Case I): A = ∂φ/∂q, b = -(∂φ̇/∂q q̇ + ∂φ̇/∂t) - stabilization.
+
+    On a configuration manifold (``retract`` given: q ⊕ δ, :class:`ukjax.System`) the constraint is posed in
+    the velocity v through the chart at the current q, φ_q(δ, t) = φ(q ⊕ δ, t): A = ∂φ_q/∂δ at δ = 0,
+    φ̇ = A v + ∂φ/∂t and b the same second directional derivative with q → δ = 0 and q̇ → v.
     """
 
     phi: Callable[..., Any] = eqx.field(static=True)
@@ -113,14 +122,26 @@ class Holonomic(eqx.Module):
     def value(self, q, t, p):
         return _as_vector(self.phi(q, t, p), "phi", self.name)
 
-    def velocity(self, q, qd, t, p):
-        """φ̇ = J q̇ + ∂φ/∂t, by one forward-mode product."""
+    def in_chart(self, q, retract) -> Holonomic:
+        """The same constraint in the chart at q: φ_q(δ, t, p) = φ(q ⊕ δ, t, p), δ of the velocity's size
+        (its value at δ = 0 is φ(q), since q ⊕ 0 = q)."""
+        return Holonomic(phi=lambda d, t, p: self.phi(retract(q, d), t, p), baumgarte=self.baumgarte,
+                         name=self.name)  # fmt: skip
+
+    def velocity(self, q, qd, t, p, retract=None):
+        """φ̇ = J q̇ + ∂φ/∂t, by one forward-mode product (through the chart at q where ``retract`` is
+        given)."""
+        if retract is not None:
+            return self.in_chart(q, retract).velocity(_origin(q, qd), qd, t, p)
         t = _time_like(t, q)
         _, phi_dot = jax.jvp(lambda q_, t_: self.value(q_, t_, p), (q, t), (qd, jnp.ones_like(t)))
         return phi_dot
 
-    def second_order(self, q, qd, t, p):
-        """(A, b) with A q̈ = b equivalent to φ̈ = -(stabilization)."""
+    def second_order(self, q, qd, t, p, retract=None):
+        """(A, b) with A q̈ = b equivalent to φ̈ = -(stabilization); in v through the chart at q where
+        ``retract`` is given."""
+        if retract is not None:
+            return self.in_chart(q, retract).second_order(_origin(q, qd), qd, t, p)
         t = _time_like(t, q)
         A = _jacobian(self.value, 0, q, t, p)
         phi_dot, convective = jax.jvp(
@@ -131,16 +152,17 @@ class Holonomic(eqx.Module):
             b = b - self.baumgarte.feedback(self.value(q, t, p), phi_dot, p)
         return A, b
 
-    def residuals(self, q, qd, t, p):
+    def residuals(self, q, qd, t, p, retract=None):
         """Position and velocity residuals (φ, φ̇)."""
-        return self.value(q, t, p), self.velocity(q, qd, t, p)
+        return self.value(q, t, p), self.velocity(q, qd, t, p, retract)
 
 
 class Nonholonomic(eqx.Module):
     """Velocity-level constraint ``psi(q, qd, t, p) = 0`` (linear or nonlinear in q̇), k equations.
 
     Second-order form (seed 002 Case II; seed 000 eq. 18-23): A = ∂ψ/∂q̇, b = -(∂ψ/∂q q̇ + ∂ψ/∂t) - κψ, where
-    ``gain(p) -> κ`` is optional first-order stabilization ψ̇ + κψ = 0.
+    ``gain(p) -> κ`` is optional first-order stabilization ψ̇ + κψ = 0. On a configuration manifold
+    (``retract`` given) ψ's dependence on q is differentiated through the chart at q, ψ(q ⊕ δ, v, t).
     """
 
     psi: Callable[..., Any] = eqx.field(static=True)
@@ -150,7 +172,14 @@ class Nonholonomic(eqx.Module):
     def value(self, q, qd, t, p):
         return _as_vector(self.psi(q, qd, t, p), "psi", self.name)
 
-    def second_order(self, q, qd, t, p):
+    def in_chart(self, q, retract) -> Nonholonomic:
+        """The same constraint in the chart at q: ψ_q(δ, v, t, p) = ψ(q ⊕ δ, v, t, p)."""
+        return Nonholonomic(psi=lambda d, v, t, p: self.psi(retract(q, d), v, t, p), gain=self.gain,
+                            name=self.name)  # fmt: skip
+
+    def second_order(self, q, qd, t, p, retract=None):
+        if retract is not None:
+            return self.in_chart(q, retract).second_order(_origin(q, qd), qd, t, p)
         t = _time_like(t, q)
         A = _jacobian(self.value, 1, q, qd, t, p)
         psi, convective = jax.jvp(
@@ -161,7 +190,7 @@ class Nonholonomic(eqx.Module):
             b = b - self.gain(p) * psi
         return A, b
 
-    def residuals(self, q, qd, t, p):
+    def residuals(self, q, qd, t, p, retract=None):
         """The velocity residual ψ (there is no position-level residual)."""
         return (self.value(q, qd, t, p),)
 
@@ -173,14 +202,15 @@ class AccelerationLevel(eqx.Module):
     b: Callable[..., Any] = eqx.field(static=True)
     name: str = eqx.field(static=True, default="acceleration")
 
-    def second_order(self, q, qd, t, p):
+    def second_order(self, q, qd, t, p, retract=None):
+        """(A, b) as given: A is written in the velocity (``retract`` is not needed)."""
         A = jnp.asarray(self.A(q, qd, t, p))
         b = _as_vector(self.b(q, qd, t, p), "b", self.name)
         if A.ndim == 1:
             A = A[None, :]
         return A, b
 
-    def residuals(self, q, qd, t, p):
+    def residuals(self, q, qd, t, p, retract=None):
         """No state-level residual: the constraint only restricts accelerations."""
         return ()
 
@@ -188,12 +218,13 @@ class AccelerationLevel(eqx.Module):
 Constraint = Holonomic | Nonholonomic | AccelerationLevel
 
 
-def second_order_blocks(constraints, q, qd, t, p):
-    """The list of (A_k, b_k), one block per constraint, each checked against the number of coordinates."""
-    n = q.shape[-1]
+def second_order_blocks(constraints, q, qd, t, p, retract=None):
+    """The list of (A_k, b_k), one block per constraint, each checked against the number of velocities
+    (``retract``: the chart of a configuration manifold, :class:`ukjax.System`)."""
+    n = jnp.shape(qd)[-1]
     blocks = []
     for constraint in constraints:
-        A, b = constraint.second_order(q, qd, t, p)
+        A, b = constraint.second_order(q, qd, t, p, retract)
         if A.ndim != 2 or A.shape[1] != n or A.shape[0] != b.shape[0]:
             raise ValueError(
                 f"constraint {constraint.name!r} gives A of shape {A.shape} and b of shape {b.shape}; "

@@ -170,15 +170,17 @@ def servo_controllability(D, r, *, rtol=None, consistency_rtol: float = CONSISTE
     return Controllability(residual=residual, rank=rank, feasible=feasible)
 
 
-def constraint_following_control(D, r, s=None, *, rtol=None):
+def constraint_following_control(D, r, s=None, *, rtol=None, pinv_method: str = "svd"):
     """u = D⁺ r + (I - D⁺ D) s (seed 000 eq. 35); ``s=None`` is the minimum-norm control s = 0 (eq. 71).
 
-    For an inconsistent equation this is the least-squares control (finite, never NaN).
+    For an inconsistent equation this is the least-squares control (finite, never NaN). ``pinv_method`` is a
+    method of :func:`ukjax.linalg.pinv`: ``"svd"`` (LAPACK) or a LAPACK-free one such as ``"householder"``,
+    which batched simulations want (:mod:`ukjax.linalg`: jaxlib 0.10's batched LAPACK can deadlock XLA:CPU).
     """
     D, r = jnp.asarray(D), jnp.asarray(r)
     if D.ndim != 2 or r.shape != (D.shape[0],):
         raise ValueError(f"constraint_following_control: need D (m, n_u), r (m,); got {D.shape}, {r.shape}")
-    D_pinv = pinv(D, "svd", rtol)
+    D_pinv = pinv(D, pinv_method, rtol)
     u = D_pinv @ r
     if s is not None:
         s = jnp.asarray(s)
@@ -194,15 +196,65 @@ def _null_vector(s, q, qd, t, p):
 
 
 def servo_control(
-    system, q, qd, t, p, *, s: Callable | None = None, method: str = "ldl", rtol=None
+    system,
+    q,
+    qd,
+    t,
+    p,
+    *,
+    s: Callable | None = None,
+    method: str = "ldl",
+    rtol=None,
+    pinv_method: str = "svd",
 ):
     """The servo controls u (n_u,) at one state (seed 000 eq. 35, with passive constraints as derived above).
 
     ``s(q, qd, t, p) -> (n_u,)`` picks the null-space component; ``None`` gives the minimum-norm u.
+    ``pinv_method``: how D⁺ is computed (:func:`constraint_following_control`).
     """
     system.check_state(q, qd)
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
-    return constraint_following_control(eq.D, eq.r, _null_vector(s, q, qd, t, p), rtol=rtol)
+    s_value = _null_vector(s, q, qd, t, p)
+    return constraint_following_control(eq.D, eq.r, s_value, rtol=rtol, pinv_method=pinv_method)
+
+
+def servo_force(
+    model,
+    model_params: Callable,
+    *,
+    s: Callable | None = None,
+    method: str = "ldl",
+    rtol=None,
+    pinv_method: str = "householder",
+) -> Callable:
+    """A controller computed from a model, acting on another system (the plant) as an applied force.
+
+    ``ukjax.simulate`` of a system with ``actuation`` and ``servo_constraints`` computes the controls from
+    that same system, i.e. with an exact model of the plant. To simulate a controller whose model differs
+    from the plant (a payload it does not know, masses it has wrong), give the plant no servo constraints
+    and this force:
+
+        Q_u(q, q̇, t, p) = B_m(q, t, p_m) u,   u = servo_control(model, q, q̇, t, p_m),   p_m = model_params(p),
+
+    the controls of seed 000 eq. 35 computed at the plant's measured state (q, q̇) from the model's M, Q, A_s
+    and b_s, applied to the plant through the model's actuation matrix. ``model`` is a system with
+    ``actuation`` and ``servo_constraints``; ``model_params(p)`` picks the model's parameters out of the
+    plant's pytree, e.g. ``lambda p: p["controller"]``, so the model's parameters (and the servo gains) stay
+    differentiable leaves of ``p``. With ``model_params(p)`` equal to the plant's parameters and the same
+    equations, the plant obeys the servo constraints exactly as under :func:`closed_loop_acceleration`.
+
+    D⁺ is computed by ``pinv_method`` (default ``"householder"``: column-pivoted QR completed to a
+    minimum-norm solve, written in JAX): the force runs inside batched simulations, where jaxlib 0.10's
+    batched LAPACK SVD can deadlock XLA:CPU's thread pool (:mod:`ukjax.linalg`).
+    """
+    _require_controlled(model, "servo_force")
+
+    def force(q, qd, t, p):
+        pm = model_params(p)
+        u = servo_control(model, q, qd, t, pm, s=s, method=method, rtol=rtol, pinv_method=pinv_method)
+        return actuation_matrix(model, q, t, pm) @ u
+
+    return force
 
 
 def servo_residual(system, q, qd, t, p, qdd):
@@ -288,7 +340,9 @@ def consistent_state(
     ``fixed`` both (a driving crank's angle and speed, say). A crank angle may be pinned while its rate
     follows from the others (``fixed_position=[i]``), or a speed while the angle is solved for
     (``fixed_rate=[i]``). An index listed in ``fixed`` and again in ``fixed_position`` or ``fixed_rate`` is
-    refused as ambiguous. If the pinned values admit no consistent state, the result is the least-squares
+    refused as ambiguous. On a configuration manifold (``System.retract``, ball or free joints) the position
+    steps are taken in the chart, q ← normalize(q ⊕ δ), and the pins index the velocity's coordinates. If the
+    pinned values admit no consistent state, the result is the least-squares
     compromise: check ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
@@ -307,15 +361,21 @@ def consistent_state(
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
     position = lambda q: view.residuals(q, qd_guess, t, p)[0]
     velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
+    add = lambda x, d: x + d
+    # On a configuration manifold q moves through the chart, q ⊕ δ, and back onto the manifold.
+    move = add if system.retract is None else (lambda x, d: system.project(system.retract(x, d)))
 
-    def newton(residual, x, free):
-        jacobian = jax.jacfwd(residual)(x)[:, free]
-        return x.at[free].add(-pinv(jacobian) @ residual(x))
+    def newton(residual, x, free, move):
+        zero = jnp.zeros(system.n, x.dtype)
+        jacobian = jax.jacfwd(lambda d: residual(move(x, d)))(zero)[:, free]
+        return move(x, zero.at[free].set(-pinv(jacobian) @ residual(x)))
 
     q = q_guess
     if position(q).size and free_q.size:
-        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, free_q), q)
+        q = jax.lax.fori_loop(0, iterations, lambda _, x: newton(position, x, free_q, move), q)
     qd = qd_guess
     if velocity(qd, q).size and free_qd.size:
-        qd = jax.lax.fori_loop(0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, free_qd), qd)
+        qd = jax.lax.fori_loop(
+            0, iterations, lambda _, x: newton(lambda v: velocity(v, q), x, free_qd, add), qd
+        )
     return q, qd

@@ -28,6 +28,7 @@ The default tolerances of these tests are here too: :func:`~ukjax.simulation.sim
 from __future__ import annotations
 
 import diffrax
+import jax
 import jax.numpy as jnp
 
 from ukjax import dynamics
@@ -94,6 +95,19 @@ def _violation(residual, gradients, numbers, motion, value):
     return jnp.max(jnp.abs(residual) / scale, initial=0.0)
 
 
+def _position_motion(system, q, q0):
+    """(motion, value) of every coordinate of the velocity for the position tolerance of
+    :func:`_violation`: q - q0 and q, or on a configuration manifold (``System.retract``) their first-order
+    chart coordinates N⁺(q - q0) and N⁺q with N = ∂(q ⊕ δ)/∂δ at δ = 0 (nq x n) and N⁺ = (NᵀN)⁻¹Nᵀ. For a
+    unit quaternion N⁺(q - q0) = 2 sin(θ/2) e, θ and e the angle and axis turned since t0, and N⁺q = 0: an
+    orientation is resolved to eps whatever it is."""
+    if system.retract is None:
+        return q - q0, q
+    N = jax.jacfwd(lambda d: system.retract(q, d))(jnp.zeros(system.n, q.dtype))
+    local = jnp.linalg.solve(N.T @ N, N.T @ jnp.stack([q - q0, q], axis=1))
+    return local[:, 0], local[:, 1]
+
+
 def _diagnostics(system, config, numbers, q, qd, t, p, q0, found, rtol):
     """Everything a Solution reports at one saved time, from what the right-hand side found at that state:
     ``found`` = (q̈, passive motion record or None, closed-loop record or None) of
@@ -131,7 +145,7 @@ def _diagnostics(system, config, numbers, q, qd, t, p, q0, found, rtol):
         qdd=qdd,
         position_residual=position,
         velocity_residual=velocity,
-        position_violation=_violation(position, position_gradient, numbers, q - q0, q),
+        position_violation=_violation(position, position_gradient, numbers, *_position_motion(system, q, q0)),
         velocity_violation=_violation(velocity, velocity_gradient, numbers, qd, qd),
         constraint_force=force,
         consistency=consistency,

@@ -220,6 +220,12 @@ def linearize(
     """
     system.check_state(q, qd)
     q, qd = jnp.asarray(q), jnp.asarray(qd)
+    if system.retract is not None:
+        raise ValueError(
+            "linearize: this system's configuration has its own chart (ball or free joints: q has "
+            f"{system.nq} numbers, v has {system.n}); linearize needs q̇ = v. Describe the orientation by "
+            "angles (e.g. revolute joints) around the operating point"
+        )
     levels = [c for c in system.constraints if isinstance(c, AccelerationLevel)]
     if levels:
         raise ValueError(

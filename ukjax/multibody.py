@@ -1,7 +1,7 @@
 """Kinematic trees of rigid bodies in joint coordinates, with recursive O(n) dynamics.
 
-A tree of ``n`` rigid bodies, each joined to its parent (or to the world) by a one-degree-of-freedom joint,
-revolute or prismatic about a fixed axis, is a :class:`ukjax.System` whose mass matrix never has to be formed
+A tree of rigid bodies, each joined to its parent (or to the world) by a joint (revolute or prismatic about a
+fixed axis, ball, or free), is a :class:`ukjax.System` whose mass matrix never has to be formed
 or factorized: the articulated-body algorithm applies M(q)⁻¹ to a set of vectors in O(n) operations per
 vector, where the dense path builds M by autodiff of a Lagrangian (O(n²) or more) and factorizes it (O(n³)).
 The UK equation needs only M⁻¹Q and M⁻¹Aᵀ (de Falco et al. eq. 35), so with m constraint rows one
@@ -24,12 +24,20 @@ Bodies and their parameters (SI units) are a :class:`Bodies` of arrays built fro
 by a user function, so every mass, length and inertia is a differentiable leaf of ``p``, not a constant.
 The topology (parents, joint types, axes) is static.
 
+Ball and free joints (MuJoCo's conventions, so models loaded through MuJoCo map one to one): the orientation
+is a unit quaternion (w, x, y, z), 4 numbers, and the velocity the angular velocity in the body frame, 3
+numbers; a free joint adds the position of the body origin and its velocity in the joint (parent) frame. So q
+has nq numbers and the velocity v (``qd``) nv < nq; all dynamics are in v (M is nv x nv), q̇ = N(q) v, and q
+moves by the chart q ⊕ δ (:meth:`ukjax.multibody.Tree.retract`); how the UK equation is posed in v:
+:class:`ukjax.System`.
+
 Not from a seed paper: the seeds write M and Q by hand or by Lagrange's equations; the UK equation is the same
 (Liu et al. 2015, eq. 11-13).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,26 +49,60 @@ import numpy as np
 from ukjax.linalg import small_matmul as _mm
 from ukjax.system import System
 
-JOINT_KINDS = ("revolute", "prismatic")
+JOINT_KINDS = ("revolute", "prismatic", "ball", "free")
+JOINT_SIZES = {"revolute": (1, 1), "prismatic": (1, 1), "ball": (4, 3), "free": (7, 6)}
+"""(nq, nv) of each joint kind: the numbers of its configuration coordinates and of its velocities."""
 
 
 class Joint(eqx.Module):
-    """A one-degree-of-freedom joint: ``kind`` "revolute" (q in rad) or "prismatic" (q in m) about/along the
-    unit ``axis`` of the joint frame (static)."""
+    """A joint between a body and its parent (static).
+
+    * ``"revolute"`` (q in rad) or ``"prismatic"`` (q in m) about/along the unit ``axis`` of the joint frame:
+      one coordinate, one velocity q̇.
+    * ``"ball"`` (spherical): q = a unit quaternion (w, x, y, z) turning the joint frame into the body
+      frame (body → joint coordinates), 4 numbers; velocity = the body's angular velocity relative to the
+      joint frame, in BODY coordinates, 3 numbers (MuJoCo's convention).
+    * ``"free"`` (floating base): q = (position (3) of the body origin in the joint frame, quaternion (4)),
+      7 numbers; velocity = (velocity of the body origin in the JOINT frame (3), angular velocity in the
+      BODY frame (3)), 6 numbers (MuJoCo's ``qvel`` of a free joint on a body of the world).
+
+    ``axis`` is ``None`` for ball and free joints. :attr:`nq` and :attr:`nv` give the sizes.
+    """
 
     kind: str = eqx.field(static=True)
-    axis: tuple[float, float, float] = eqx.field(static=True)
+    axis: tuple[float, float, float] | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if self.kind not in JOINT_KINDS:
             raise ValueError(f"joint kind must be one of {JOINT_KINDS}, got {self.kind!r}")
+        if self.kind in ("ball", "free"):
+            if self.axis is not None:
+                raise ValueError(f"a {self.kind} joint has no axis, got axis={self.axis!r}")
+            return
         axis = np.asarray(self.axis, dtype=float)
         if axis.shape != (3,) or not np.all(np.isfinite(axis)) or abs(np.linalg.norm(axis) - 1.0) > 1e-12:
             raise ValueError(f"joint axis must be a finite unit 3-vector, got {self.axis!r}")
 
     @property
+    def nq(self) -> int:
+        """Number of configuration coordinates (1, 1, 4, 7 for revolute, prismatic, ball, free)."""
+        return JOINT_SIZES[self.kind][0]
+
+    @property
+    def nv(self) -> int:
+        """Number of velocities, the joint's degrees of freedom (1, 1, 3, 6)."""
+        return JOINT_SIZES[self.kind][1]
+
+    @property
     def subspace(self) -> np.ndarray:
-        """Motion subspace S (6,): (a, 0) for revolute, (0, a) for prismatic (Featherstone Table 4.1)."""
+        """Motion subspace S in body coordinates (Featherstone Table 4.1): (a, 0) (6,) for revolute, (0, a)
+        for prismatic, [1; 0] (6, 3) for ball. A free joint's S depends on its orientation (its linear
+        velocity is given in the joint frame): [[0, 1], [E_J, 0]] with E_J the joint's rotation (body
+        coordinates = E_J joint coordinates), formed inside :class:`Tree`."""
+        if self.kind == "free":
+            raise ValueError("a free joint's motion subspace depends on its orientation; see Joint.subspace")
+        if self.kind == "ball":
+            return np.concatenate([np.eye(3), np.zeros((3, 3))])
         a = np.asarray(self.axis, dtype=float)
         return np.concatenate([a, np.zeros(3)] if self.kind == "revolute" else [np.zeros(3), a])
 
@@ -81,6 +123,51 @@ def revolute(axis=(0.0, 0.0, 1.0)) -> Joint:
 def prismatic(axis=(0.0, 0.0, 1.0)) -> Joint:
     """A prismatic joint along ``axis`` (normalized), displacement q in m."""
     return Joint("prismatic", _unit(axis))
+
+
+def ball() -> Joint:
+    """A ball (spherical) joint: q a unit quaternion (w, x, y, z), velocity the angular velocity in the body
+    frame (nq = 4, nv = 3)."""
+    return Joint("ball")
+
+
+def free() -> Joint:
+    """A free joint (floating base): q = (position, quaternion), velocity = (linear velocity of the body
+    origin in the joint frame, angular velocity in the body frame) (nq = 7, nv = 6)."""
+    return Joint("free")
+
+
+# ---------------------------------------------------------------------- unit quaternions (w, x, y, z)
+def quaternion_multiply(a, b):
+    """The Hamilton product a ⊗ b of quaternions (w, x, y, z)."""
+    w1, v1, w2, v2 = a[0], a[1:], b[0], b[1:]
+    return jnp.concatenate([(w1 * w2 - jnp.dot(v1, v2))[None], w1 * v2 + w2 * v1 + _cross(v1, v2)])
+
+
+def quaternion_exp(rotation_vector):
+    """The unit quaternion exp(δ/2) = (cos(θ/2), sin(θ/2) δ/θ), θ = |δ|, of the rotation by the rotation
+    vector δ (3,) (Solà 2017, eq. 101). Below θ² = 1e-4 the Taylor series to θ⁴ is used (its next terms are
+    below 1e-16), so that every derivative at δ = 0 is exact and finite."""
+    d = jnp.asarray(rotation_vector)
+    theta2 = jnp.sum(d * d)
+    small = theta2 < 1e-4
+    theta = jnp.sqrt(jnp.where(small, 1.0, theta2))
+    cos_half = jnp.where(small, 1.0 - theta2 / 8.0 + theta2**2 / 384.0, jnp.cos(0.5 * theta))
+    sinc_half = jnp.where(small, 0.5 - theta2 / 48.0 + theta2**2 / 3840.0, jnp.sin(0.5 * theta) / theta)
+    return jnp.concatenate([cos_half[None], sinc_half * d])
+
+
+def quaternion_rotation(quaternion):
+    """The rotation matrix R (3, 3) of the quaternion q/|q| (R maps body to parent coordinates), so the
+    kinematics do not depend on the drift of |q| from 1."""
+    w, x, y, z = quaternion / jnp.sqrt(jnp.sum(quaternion * quaternion))
+    return jnp.stack(
+        [
+            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
+            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
+            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
+        ]
+    )
 
 
 class Bodies(eqx.Module):
@@ -168,14 +255,42 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
+def _dot(a, b):
+    """a @ b for a (m, c) and b (c, k) with a small contraction size c (a joint's velocities, <= 6): the sum
+    of c outer products, elementwise operations that XLA fuses across a ``vmap`` batch."""
+    return functools.reduce(jnp.add, (a[:, c, None] * b[None, c, :] for c in range(a.shape[1])))
+
+
+def _inverse(D):
+    """D⁻¹ of a joint's k x k articulated inertia D = Sᵀ I^A S (1/D for k = 1)."""
+    return 1.0 / D if D.shape == (1, 1) else jnp.linalg.inv(D)
+
+
+def _stacked(field):
+    """Per-body values (a list, from the unrolled loops, or an array stacked by ``lax.scan``) as one array
+    with the body axis first."""
+    return jnp.stack(field) if isinstance(field, list) else field
+
+
+def _joined(field):
+    """Per-joint blocks (joint i's rows first) concatenated into one array over the velocities: a list of
+    (nv_i, ...) blocks, or the (n, 1, ...) stack of a one-DoF chain."""
+    return jnp.concatenate(field) if isinstance(field, list) else jnp.reshape(field, (-1, *field.shape[2:]))
+
+
 class Tree(eqx.Module):
     """A kinematic tree: body i hangs from body ``parents[i]`` (-1: the world) by ``joints[i]``.
 
-    Parents come before children (``parents[i] < i``), so q_i is the coordinate of joint i and
-    n = len(joints). The methods take the configuration q (n,), rates q̇ (n,), a :class:`Bodies` and, where
-    gravity acts, the gravity vector g (3,) in world coordinates (m/s²). The recursions run as ``lax.scan``
-    over the bodies of a serial chain (one compiled body step, whatever n) and as unrolled loops over a
-    branched tree.
+    Parents come before children (``parents[i] < i``). The configuration q stacks the joints' coordinates
+    (``nq`` numbers: 1 per revolute or prismatic joint, 4 per ball joint, 7 per free joint) and the velocity
+    v (called qd) their velocities (``nv`` numbers: 1, 1, 3, 6), joint by joint; ``n`` is ``nv``, the size of
+    M and of the forces. Where nq ≠ nv, q̇ is not v: q̇ = N(q) v (:meth:`configuration_rate`) and q moves
+    on its manifold by :meth:`retract`; every dynamic quantity (M, C, M⁻¹, τ, energies) is in v.
+
+    The methods take q (nq,), qd (nv,), a :class:`Bodies` and, where gravity acts, the gravity vector g (3,)
+    in world coordinates (m/s²). The recursions run as ``lax.scan`` over the bodies of a serial chain of
+    one-DoF joints (one compiled body step, whatever n) and as unrolled loops otherwise. Rotations are
+    evaluated from q/|q| of every quaternion, so the dynamics do not depend on the drift of |q|.
     """
 
     parents: tuple[int, ...] = eqx.field(static=True)
@@ -194,7 +309,9 @@ class Tree(eqx.Module):
                 )
         for joint in self.joints:
             if not isinstance(joint, Joint):
-                raise TypeError(f"joints must be ukjax.multibody.Joint (revolute/prismatic), got {joint!r}")
+                raise TypeError(
+                    f"joints must be ukjax.multibody.Joint (revolute, prismatic, ball, free), got {joint!r}"
+                )
 
     @classmethod
     def chain(cls, joints: Sequence[Joint]) -> Tree:
@@ -202,21 +319,108 @@ class Tree(eqx.Module):
         return cls(parents=tuple(range(-1, len(joints) - 1)), joints=tuple(joints))
 
     @property
-    def n(self) -> int:
+    def num_bodies(self) -> int:
+        """Number of bodies (= joints)."""
         return len(self.joints)
 
     @property
+    def nq(self) -> int:
+        """Number of configuration coordinates, Σ joint.nq."""
+        return sum(joint.nq for joint in self.joints)
+
+    @property
+    def nv(self) -> int:
+        """Number of velocities (degrees of freedom), Σ joint.nv."""
+        return sum(joint.nv for joint in self.joints)
+
+    @property
+    def n(self) -> int:
+        """The velocity dimension nv: the size of M(q), of the forces and of qd (equal to the number of
+        joints for revolute and prismatic joints only)."""
+        return self.nv
+
+    @property
     def is_chain(self) -> bool:
-        return self.parents == tuple(range(-1, self.n - 1))
+        return self.parents == tuple(range(-1, self.num_bodies - 1))
+
+    @property
+    def _one_dof(self) -> bool:
+        return all(joint.nq == 1 and joint.nv == 1 for joint in self.joints)
+
+    @property
+    def _scans(self) -> bool:
+        """Whether the recursions run as ``lax.scan`` (a serial chain of one-DoF joints)."""
+        return self.is_chain and self._one_dof
+
+    def _slices(self, size: str) -> tuple[slice, ...]:
+        """Each joint's slice of q (``size="nq"``) or of v (``"nv"``)."""
+        sizes = [getattr(joint, size) for joint in self.joints]
+        ends = np.cumsum(sizes)
+        return tuple(slice(int(end) - k, int(end)) for k, end in zip(sizes, ends, strict=True))
+
+    def _per_joint(self, x):
+        """A vector or matrix over the velocities (nv, ...) as per-joint blocks: a list of (nv_i, ...), or
+        the (n, 1, ...) stack of a one-DoF tree."""
+        if self._one_dof:
+            return jnp.reshape(x, (self.num_bodies, 1, *x.shape[1:]))
+        return [x[s] for s in self._slices("nv")]
+
+    # ------------------------------------------------------------------ configuration manifold
+    def neutral(self, dtype=None):
+        """The neutral configuration (nq,): zero angles and displacements, identity quaternions."""
+        identity = [1.0, 0.0, 0.0, 0.0]
+        parts = {"revolute": [0.0], "prismatic": [0.0], "ball": identity, "free": [0.0] * 3 + identity}
+        return jnp.asarray([x for joint in self.joints for x in parts[joint.kind]], dtype)
+
+    def retract(self, q, delta):
+        """q ⊕ δ (nq,) for δ (nv,): q + δ for revolute and prismatic joints, quat ⊗ exp(δ/2) for a ball
+        joint (right multiplication: δ is in the body frame, like its angular velocity), (p + δ_lin,
+        quat ⊗ exp(δ_ang/2)) for a free joint. q ⊕ 0 = q; d/ds (q ⊕ s v) at s = 0 is q̇ = N(q) v."""
+        q, delta = jnp.asarray(q), jnp.asarray(delta)
+        if self._one_dof:
+            return q + delta
+        parts = []
+        for joint, qs, vs in zip(self.joints, self._slices("nq"), self._slices("nv"), strict=True):
+            qi, di = q[qs], delta[vs]
+            if joint.kind == "ball":
+                parts.append(quaternion_multiply(qi, quaternion_exp(di)))
+            elif joint.kind == "free":
+                parts += [qi[:3] + di[:3], quaternion_multiply(qi[3:], quaternion_exp(di[3:]))]
+            else:
+                parts.append(qi + di)
+        return jnp.concatenate(parts)
+
+    def normalize(self, q):
+        """q with every quaternion divided by its norm: the projection onto the configuration manifold."""
+        q = jnp.asarray(q)
+        if self._one_dof:
+            return q
+        parts = []
+        for joint, qs in zip(self.joints, self._slices("nq"), strict=True):
+            qi = q[qs]
+            if joint.kind in ("ball", "free"):
+                head, quat = qi[:-4], qi[-4:]
+                qi = jnp.concatenate([head, quat / jnp.sqrt(jnp.sum(quat * quat))])
+            parts.append(qi)
+        return jnp.concatenate(parts)
+
+    def configuration_rate(self, q, v):
+        """q̇ = N(q) v = d/ds (q ⊕ s v)|_{s=0} (nq,): v itself for one-DoF joints, ½ quat ⊗ (0, ω) for a
+        quaternion."""
+        q = jnp.asarray(q)
+        zero, v = jnp.zeros(self.nv, q.dtype), jnp.asarray(v, q.dtype)
+        return jax.jvp(lambda d: self.retract(q, d), (zero,), (v,))[1]
 
     # ------------------------------------------------------------------ checks
     def _checked(self, q, bodies: Bodies, qd=None):
-        n = self.n
+        n, nq, nv = self.num_bodies, self.nq, self.nv
         q = jnp.asarray(q)
-        if q.shape != (n,):
-            raise ValueError(f"q has shape {q.shape}; this tree has n = {n} joints")
-        if qd is not None and jnp.shape(qd) != (n,):
-            raise ValueError(f"qd has shape {jnp.shape(qd)}; this tree has n = {n} joints")
+        sizes = (f"n = {n} joints",) * 2 if self._one_dof else (
+            f"nq = {nq} configuration coordinates", f"nv = {nv} velocities")
+        if q.shape != (nq,):
+            raise ValueError(f"q has shape {q.shape}; this tree has {sizes[0]}")
+        if qd is not None and jnp.shape(qd) != (nv,):
+            raise ValueError(f"qd has shape {jnp.shape(qd)}; this tree has {sizes[1]}")
         expected = {"offset": (n, 3), "mass": (n,), "com": (n, 3), "inertia": (n, 3, 3)}
         if bodies.rotation is not None:
             expected["rotation"] = (n, 3, 3)
@@ -229,56 +433,105 @@ class Tree(eqx.Module):
 
     # ------------------------------------------------------------------ recursions
     def _down(self, step, base, xs):
-        """Root to leaves: (value_i, out_i) = step(value of the parent, or ``base`` at the world, xs[i]);
-        returns the stacked outputs."""
-        if self.is_chain:
+        """Root to leaves: (value_i, out_i) = step(value of the parent, or ``base`` at the world, x_i) with
+        x_i = tuple(field[i] for field in xs); returns the outputs per body (stacked by ``lax.scan``, or
+        lists: :func:`_stacked`, :func:`_joined`)."""
+        if self._scans:
             return jax.lax.scan(lambda value, x: step(value, x), base, xs)[1]
         values, outs = [], []
         for i, parent in enumerate(self.parents):
-            value, out = step(base if parent < 0 else values[parent], jax.tree.map(lambda a, i=i: a[i], xs))
+            value, out = step(base if parent < 0 else values[parent], tuple(field[i] for field in xs))
             values.append(value)
             outs.append(out)
-        return jax.tree.map(lambda *o: jnp.stack(o), *outs)
+        return tuple(map(list, zip(*outs, strict=True))) if isinstance(outs[0], tuple) else outs
 
     def _up(self, step, zero, xs):
-        """Leaves to root: (to_parent_i, out_i) = step(sum of the children's to_parent, or ``zero``, xs[i]);
-        returns the stacked outputs."""
-        if self.is_chain:
+        """Leaves to root: (to_parent_i, out_i) = step(sum of the children's to_parent, or ``zero``, x_i);
+        returns the outputs per body as :meth:`_down` does."""
+        if self._scans:
             return jax.lax.scan(lambda incoming, x: step(incoming, x), zero, xs, reverse=True)[1]
-        incoming, outs = [zero] * self.n, [None] * self.n
-        for i in reversed(range(self.n)):
-            to_parent, outs[i] = step(incoming[i], jax.tree.map(lambda a, i=i: a[i], xs))
+        incoming, outs = [zero] * self.num_bodies, [None] * self.num_bodies
+        for i in reversed(range(self.num_bodies)):
+            to_parent, outs[i] = step(incoming[i], tuple(field[i] for field in xs))
             if self.parents[i] >= 0:
                 incoming[self.parents[i]] = _add(incoming[self.parents[i]], to_parent)
-        return jax.tree.map(lambda *o: jnp.stack(o), *outs)
+        return tuple(map(list, zip(*outs, strict=True))) if isinstance(outs[0], tuple) else outs
 
     # ------------------------------------------------------------------ kinematics
-    def _subspaces(self, dtype):
-        return jnp.asarray(np.stack([joint.subspace for joint in self.joints]), dtype)
+    def _joint_motions(self, q, dtype):
+        """(E_J, r_J) (n, 3, 3), (n, 3) of every joint: body coordinates = E_J (joint-frame coordinates -
+        r_J). Revolute: E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0; prismatic:
+        E_J = 1, r_J = q a (Featherstone Table 4.1); ball: E_J = R(quat)ᵀ, r_J = 0; free: E_J = R(quat)ᵀ,
+        r_J = p. The one-DoF joints are evaluated together."""
+        one = [i for i, joint in enumerate(self.joints) if joint.nv == 1]
+        starts = [s.start for s in self._slices("nq")]
+        E_J, r_J = [None] * self.num_bodies, [None] * self.num_bodies
+        if one:
+            angle = q if self._one_dof else q[np.asarray([starts[i] for i in one])]
+            axes = np.stack([self.joints[i].axis for i in one])
+            revolute = np.asarray([self.joints[i].kind == "revolute" for i in one])
+            c = jnp.where(revolute, jnp.cos(angle), 1.0)[:, None, None]
+            s = jnp.where(revolute, jnp.sin(angle), 0.0)[:, None, None]
+            outer = jnp.asarray(axes[:, :, None] * axes[:, None, :], dtype)
+            skew = jnp.asarray(np.stack([np.cross(a, np.eye(3)).T for a in axes]), dtype)  # [a]× per joint
+            E_one = c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew
+            r_one = jnp.where(revolute, 0.0, angle)[:, None] * jnp.asarray(axes, dtype)
+            if self._one_dof:
+                return E_one, r_one
+            for k, i in enumerate(one):
+                E_J[i], r_J[i] = E_one[k], r_one[k]
+        for i, (joint, start) in enumerate(zip(self.joints, starts, strict=True)):
+            if joint.kind in ("ball", "free"):
+                end = start + joint.nq
+                E_J[i] = quaternion_rotation(q[end - 4 : end].astype(dtype)).T
+                r_J[i] = q[start : start + 3].astype(dtype) if joint.kind == "free" else jnp.zeros(3, dtype)
+        return jnp.stack(E_J), jnp.stack(r_J)
 
     def _joint_transforms(self, q, bodies: Bodies):
-        """(E, r) (n, 3, 3), (n, 3) of every ^iX_λ = X_J(q_i) X_T(i): E = E_J E_T, r = r_T + E_Tᵀ r_J, all
-        joints at once. Revolute: E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0;
-        prismatic: E_J = 1, r_J = q a (Featherstone Table 4.1)."""
+        """(E_J, E, r): the joint rotations E_J (:meth:`_joint_motions`) and every ^iX_λ = X_J X_T(i) as
+        (E, r) (n, 3, 3), (n, 3): E = E_J E_T, r = r_T + E_Tᵀ r_J."""
         dtype = jnp.result_type(q, bodies.offset)
-        axes = np.stack([joint.axis for joint in self.joints])
-        revolute = np.asarray([joint.kind == "revolute" for joint in self.joints])
-        c = jnp.where(revolute, jnp.cos(q), 1.0)[:, None, None]
-        s = jnp.where(revolute, jnp.sin(q), 0.0)[:, None, None]
-        outer = jnp.asarray(axes[:, :, None] * axes[:, None, :], dtype)
-        skew = jnp.asarray(np.stack([np.cross(a, np.eye(3)).T for a in axes]), dtype)  # [a]× per joint
-        E_J = c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew
-        r_J = jnp.where(revolute, 0.0, q)[:, None] * jnp.asarray(axes, dtype)
+        E_J, r_J = self._joint_motions(q, dtype)
         if bodies.rotation is None:
-            return E_J, bodies.offset + r_J
+            return E_J, E_J, bodies.offset + r_J
         E_T = bodies.rotation
-        return jnp.einsum("nij,njk->nik", E_J, E_T), bodies.offset + jnp.einsum("nji,nj->ni", E_T, r_J)
+        E = jnp.einsum("nij,njk->nik", E_J, E_T)
+        return E_J, E, bodies.offset + jnp.einsum("nji,nj->ni", E_T, r_J)
+
+    def _subspaces(self, E_J, dtype):
+        """Motion subspaces S_i (6, nv_i) in body coordinates: stacked (n, 6, 1) for a one-DoF tree, else a
+        list. A free joint's velocity (ṗ in the joint frame, ω in the body frame) moves the body by
+        (ω, E_J ṗ), so S = [[0, 1], [E_J, 0]]."""
+        if self._one_dof:
+            return jnp.asarray(np.stack([joint.subspace for joint in self.joints]), dtype)[:, :, None]
+        out = []
+        for joint, E_i in zip(self.joints, E_J, strict=True):
+            if joint.kind == "free":
+                zero, eye = jnp.zeros((3, 3), dtype), jnp.eye(3, dtype=dtype)
+                out.append(jnp.block([[zero, eye], [E_i, zero]]))
+            else:
+                out.append(jnp.asarray(np.reshape(joint.subspace, (6, -1)), dtype))
+        return out
+
+    def _joint_bias(self, E_J, qd_parts, dtype):
+        """c_J = S̊ q̇ (n, 6), the velocity product of a joint whose S varies in body coordinates
+        (Featherstone eq. 3.42): for a free joint, d/dt (E_J ṗ) = E_J p̈ - ω × E_J ṗ gives (0, -ω × E_J ṗ);
+        zero for the others. ``None`` for a tree without free joints."""
+        if not any(joint.kind == "free" for joint in self.joints):
+            return None
+        out = []
+        for joint, E_i, v in zip(self.joints, E_J, qd_parts, strict=True):
+            if joint.kind == "free":
+                out.append(jnp.concatenate([jnp.zeros(3, dtype), -_cross(v[3:], _mm(E_i, v[:3]))]))
+            else:
+                out.append(jnp.zeros(6, dtype))
+        return jnp.stack(out)
 
     def frames(self, q, bodies: Bodies):
         """World pose of every body frame: rotations R (n, 3, 3), world = R body coordinates, and origins
         p (n, 3) (m)."""
         q = self._checked(q, bodies)
-        E, r = self._joint_transforms(q, bodies)
+        _, E, r = self._joint_transforms(q, bodies)
         eye = jnp.eye(3, dtype=E.dtype)
 
         def step(parent, x):
@@ -287,12 +540,13 @@ class Tree(eqx.Module):
             pose = (_mm(R_parent, E_i.T), p_parent + _mm(R_parent, r_i))
             return pose, pose
 
-        return self._down(step, (eye, jnp.zeros(3, E.dtype)), (E, r))
+        R, p = self._down(step, (eye, jnp.zeros(3, E.dtype)), (E, r))
+        return _stacked(R), _stacked(p)
 
     def point(self, q, bodies: Bodies, body: int, local):
         """World position (3,) of the point with body-frame coordinates ``local`` on body ``body`` (m)."""
-        if not isinstance(body, int) or not 0 <= body < self.n:
-            raise ValueError(f"body must be an int in [0, {self.n}), got {body!r}")
+        if not isinstance(body, int) or not 0 <= body < self.num_bodies:
+            raise ValueError(f"body must be an int in [0, {self.num_bodies}), got {body!r}")
         R, p = self.frames(q, bodies)
         return p[body] + _mm(R[body], jnp.asarray(local, p.dtype))
 
@@ -301,85 +555,99 @@ class Tree(eqx.Module):
         return jax.vmap(_spatial_inertia)(bodies.mass, bodies.com, bodies.inertia)
 
     def mass_matrix(self, q, bodies: Bodies):
-        """M(q) (n, n) by the composite-rigid-body algorithm (Featherstone Table 6.2) in one sweep, leaves to
-        root: body i's composite inertia I^c_i = I_i + Σ children's, and the forces F (6, n) whose column k is
-        I^c_k S_k of every body k in i's subtree carried to frame i (columns of different subtrees are
-        disjoint, so the children's F add); row i of M is S_iᵀ F (M_ik = 0 where k is not in i's subtree
-        nor i in k's), mirrored to the upper-left triangle. O(n²), one compiled step per body."""
+        """M(q) (nv, nv) by the composite-rigid-body algorithm (Featherstone Table 6.2) in one sweep, leaves
+        to root: body i's composite inertia I^c_i = I_i + Σ children's, and the forces F (6, nv) whose
+        columns of joint k are I^c_k S_k of every body k in i's subtree carried to frame i (columns of
+        different subtrees are disjoint, so the children's F add); the rows of joint i are S_iᵀ F (M_ik = 0
+        where k is not in i's subtree nor i in k's), mirrored to the upper-left triangle. O(n²), one compiled
+        step per body."""
         q = self._checked(q, bodies)
-        E, r = self._joint_transforms(q, bodies)
-        S = self._subspaces(E.dtype)
-        n = self.n
+        E_J, E, r = self._joint_transforms(q, bodies)
+        S = self._subspaces(E_J, E.dtype)
+        nv = self.nv
 
         def step(incoming, x):
             inertia_in, force_in = incoming
-            E_i, r_i, inertia, S_i, column = x
+            E_i, r_i, inertia, S_i, columns = x
             composite = inertia + inertia_in
-            force = force_in + _mm(composite, S_i)[:, None] * column[None, :]
-            row = _mm(S_i[None, :], force)[0]
-            return (_inertia_to_parent(E_i, r_i, composite), _to_parent(E_i, r_i, force)), row
+            force = force_in + _dot(_mm(composite, S_i), columns)
+            rows = _mm(S_i.T, force)
+            return (_inertia_to_parent(E_i, r_i, composite), _to_parent(E_i, r_i, force)), rows
 
-        zero = (jnp.zeros((6, 6), E.dtype), jnp.zeros((6, n), E.dtype))
-        eye = jnp.eye(n, dtype=E.dtype)
-        subtree = self._up(step, zero, (E, r, self._inertias(bodies), S, eye))  # row i: M_ik, k in subtree(i)
-        return subtree + subtree.T - eye * jnp.diagonal(subtree)
+        zero = (jnp.zeros((6, 6), E.dtype), jnp.zeros((6, nv), E.dtype))
+        eye = jnp.eye(nv, dtype=E.dtype)
+        xs = (E, r, self._inertias(bodies), S, self._per_joint(eye))
+        subtree = _joined(self._up(step, zero, xs))  # rows of joint i: M_ik, k in subtree(i)
+        diagonal = np.zeros((nv, nv))
+        for s in self._slices("nv"):
+            diagonal[s, s] = 1.0  # the joints' own blocks, in both subtree and its transpose
+        return subtree + subtree.T - jnp.asarray(diagonal, E.dtype) * subtree
 
     def _velocities(self, E, r, S, qd):
-        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i."""
+        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i (n, 6)."""
 
         def step(v_parent, x):
-            E_i, r_i, v_joint = x
-            v = _to_child(E_i, r_i, v_parent) + v_joint
+            E_i, r_i, S_i, qd_i = x
+            v = _to_child(E_i, r_i, v_parent) + _dot(S_i, qd_i[:, None])[:, 0]
             return v, v
 
-        return self._down(step, jnp.zeros(6, E.dtype), (E, r, S * qd[:, None]))
+        return _stacked(self._down(step, jnp.zeros(6, E.dtype), (E, r, S, self._per_joint(qd))))
 
     def bias_force(self, q, qd, bodies: Bodies, gravity):
-        """C(q, q̇) = τ needed for q̈ = 0: Coriolis, centrifugal and gravity terms (n,), by the recursive
+        """C(q, v) = τ needed for v̇ = 0: Coriolis, centrifugal and gravity terms (nv,), by the recursive
         Newton-Euler algorithm (Featherstone Table 5.1); the given force of the tree is Q = τ - C."""
         return self.inverse_dynamics(q, qd, None, bodies, gravity)
 
     def inverse_dynamics(self, q, qd, qdd, bodies: Bodies, gravity):
-        """τ = M(q) q̈ + C(q, q̇) (n,) by the recursive Newton-Euler algorithm; ``qdd=None`` means q̈ = 0."""
+        """τ = M(q) v̇ + C(q, v) (nv,) by the recursive Newton-Euler algorithm; ``qdd=None`` means v̇ = 0."""
         q = self._checked(q, bodies, qd)
-        E, r = self._joint_transforms(q, bodies)
-        S = self._subspaces(E.dtype)
-        base = jnp.concatenate([jnp.zeros(3, E.dtype), -jnp.asarray(gravity, E.dtype)])
-        joint_acceleration = () if qdd is None else (S * jnp.asarray(qdd)[:, None],)
+        E_J, E, r = self._joint_transforms(q, bodies)
+        dtype = E.dtype
+        S = self._subspaces(E_J, dtype)
+        qd_parts = self._per_joint(jnp.asarray(qd, dtype))
+        base = jnp.concatenate([jnp.zeros(3, dtype), -jnp.asarray(gravity, dtype)])
+        bias = self._joint_bias(E_J, qd_parts, dtype)
+        extra = (() if bias is None else (bias,)) + (
+            () if qdd is None else (self._per_joint(jnp.asarray(qdd, dtype)),)
+        )
 
         def forward(parent, x):
-            # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
+            # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + c_J + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
             v_parent, a_parent = parent
-            E_i, r_i, v_joint, I, *a_joint = x
+            E_i, r_i, S_i, qd_i, I, *rest = x
+            v_joint = _dot(S_i, qd_i[:, None])[:, 0]
             v = _to_child(E_i, r_i, v_parent) + v_joint
             a = _to_child(E_i, r_i, a_parent) + _motion_cross(v, v_joint)
-            if a_joint:  # q̈ = 0 (the bias force C) adds nothing
-                a = a + a_joint[0]
+            if bias is not None:
+                a = a + rest.pop(0)
+            if qdd is not None:  # v̇ = 0 (the bias force C) adds nothing
+                a = a + _dot(S_i, rest.pop(0)[:, None])[:, 0]
             return (v, a), _mm(I, a) + _force_cross(v, _mm(I, v))
 
-        xs = (E, r, S * qd[:, None], self._inertias(bodies), *joint_acceleration)
-        force = self._down(forward, (jnp.zeros(6, E.dtype), base), xs)
+        xs = (E, r, S, qd_parts, self._inertias(bodies), *extra)
+        force = _stacked(self._down(forward, (jnp.zeros(6, dtype), base), xs))
 
         def backward(incoming, x):
             E_i, r_i, f, S_i = x
             total = f + incoming
-            return _to_parent(E_i, r_i, total), jnp.sum(S_i * total)
+            return _to_parent(E_i, r_i, total), _mm(S_i.T, total)
 
-        return self._up(backward, jnp.zeros(6, E.dtype), (E, r, force, S))
+        return _joined(self._up(backward, jnp.zeros(6, dtype), (E, r, force, S)))
 
     def solve_mass(self, q, bodies: Bodies, B):
-        """M(q)⁻¹ B for B of shape (n,) or (n, k), by the articulated-body algorithm (Featherstone Table 7.1)
-        with zero velocity and no gravity: the articulated inertias are formed once, O(n), and each column of
-        B costs one backward and one forward sweep of 6-vectors, O(n). Needs every D_i = S_iᵀ I^A_i S_i > 0
-        (each joint moves a body with mass or inertia along its axis)."""
+        """M(q)⁻¹ B for B of shape (nv,) or (nv, k), by the articulated-body algorithm (Featherstone Table
+        7.1) with zero velocity and no gravity: the articulated inertias are formed once, O(n), and each
+        column of B costs one backward and one forward sweep of 6-vectors, O(n). Needs every
+        D_i = S_iᵀ I^A_i S_i positive definite (each joint moves a body with mass or inertia along every
+        direction it allows)."""
         q = self._checked(q, bodies)
         B = jnp.asarray(B)
-        if B.ndim not in (1, 2) or B.shape[0] != self.n:
-            raise ValueError(f"solve_mass expects B of shape ({self.n},) or ({self.n}, k), got {B.shape}")
+        if B.ndim not in (1, 2) or B.shape[0] != self.nv:
+            raise ValueError(f"solve_mass expects B of shape ({self.nv},) or ({self.nv}, k), got {B.shape}")
         columns = B if B.ndim == 2 else B[:, None]
         dtype = jnp.result_type(q, bodies.offset, columns)
-        E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
-        S = self._subspaces(dtype)
+        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        S = self._subspaces(E_J, dtype)
         k = columns.shape[1]
 
         def backward(incoming, x):
@@ -387,35 +655,36 @@ class Tree(eqx.Module):
             I_in, p_in = incoming
             articulated = I + I_in
             U = _mm(articulated, S_i)
-            D_inv = 1.0 / jnp.sum(S_i * U)
-            u = tau - _mm(S_i[None, :], p_in)[0]
-            reduced = articulated - D_inv * U[:, None] * U[None, :]
-            pa = p_in + D_inv * U[:, None] * u[None, :]
+            D_inv = _inverse(_mm(S_i.T, U))
+            u = tau - _mm(S_i.T, p_in)
+            UD = _dot(U, D_inv)
+            reduced = articulated - _dot(UD, U.T)
+            pa = p_in + _dot(UD, u)
             return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
 
         zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
         inertia = self._inertias(bodies).astype(dtype)
-        U, D_inv, u = self._up(backward, zero, (E, r, inertia, S, columns))
+        U, D_inv, u = self._up(backward, zero, (E, r, inertia, S, self._per_joint(columns)))
 
         def forward(a_parent, x):
             E_i, r_i, S_i, U_i, D_inv_i, u_i = x
             a = _to_child(E_i, r_i, a_parent)
-            qdd = D_inv_i * (u_i - _mm(U_i[None, :], a)[0])
-            return a + S_i[:, None] * qdd[None, :], qdd
+            qdd = _dot(D_inv_i, u_i - _mm(U_i.T, a))
+            return a + _dot(S_i, qdd), qdd
 
-        qdd = self._down(forward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, u))
+        qdd = _joined(self._down(forward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, u)))
         return qdd if B.ndim == 2 else qdd[:, 0]
 
     def forward_dynamics(self, q, qd, tau, bodies: Bodies, gravity):
-        """q̈ = M⁻¹(τ - C(q, q̇)) of the unconstrained tree (n,)."""
+        """v̇ = M⁻¹(τ - C(q, v)) of the unconstrained tree (nv,)."""
         return self.solve_mass(q, bodies, tau - self.bias_force(q, qd, bodies, gravity))
 
     # ------------------------------------------------------------------ energies
     def kinetic_energy(self, q, qd, bodies: Bodies):
         """T = ½ Σ v_iᵀ I_i v_i (J)."""
         q = self._checked(q, bodies, qd)
-        E, r = self._joint_transforms(q, bodies)
-        velocity = self._velocities(E, r, self._subspaces(E.dtype), qd)
+        E_J, E, r = self._joint_transforms(q, bodies)
+        velocity = self._velocities(E, r, self._subspaces(E_J, E.dtype), jnp.asarray(qd, E.dtype))
         inertia = self._inertias(bodies)
         return 0.5 * jnp.sum(velocity * jnp.einsum("nij,nj->ni", inertia, velocity))
 
@@ -445,7 +714,9 @@ class Tree(eqx.Module):
         factorizing M.
 
         ``bodies(p) -> Bodies`` and ``gravity(p) -> (3,)`` read the parameters; ``applied_force(q, qd, t, p)``
-        gives joint forces/torques τ (default none); the rest as for :class:`ukjax.System`.
+        gives joint forces/torques τ (nv,) (default none); the rest as for :class:`ukjax.System`. A tree with
+        ball or free joints gives a System with ``nq`` = :attr:`nq`, ``n`` = :attr:`nv` and the tree's
+        :meth:`retract` and :meth:`normalize` (its configuration is a manifold; see :class:`ukjax.System`).
         """
 
         def mass(q, t, p):
@@ -464,10 +735,12 @@ class Tree(eqx.Module):
         def potential(q, t, p):
             return self.potential_energy(q, bodies(p), gravity(p))
 
+        chart = {} if self._one_dof else dict(nq=self.nq, retract=self.retract, normalize=self.normalize)
         return System(
             mass=mass,
             force=force,
-            n=self.n,
+            n=self.nv,
+            **chart,
             constraints=tuple(constraints),
             nonideal=nonideal,
             actuation=actuation,

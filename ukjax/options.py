@@ -210,7 +210,7 @@ def _prepare(
             stacklevel=4,
         )
     solver = validate.solver(solver, diffrax.Tsit5())
-    q0, qd0 = validate.state(system.n, q0, qd0, batched=batched)
+    q0, qd0 = validate.state(system.n, q0, qd0, batched=batched, nq=system.nq)
     params = as_params(params)
     # Times and tolerances take the state's dtype, so a float32 state is integrated in float32.
     dtype = q0.dtype

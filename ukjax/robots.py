@@ -30,7 +30,7 @@ reach masses, centres of mass, inertias and joint placements:
 ukjax's coordinates are MuJoCo's ``qpos`` for hinge and slide joints (same order and sign), so states
 carry over between the two. Contacts, actuators, tendons, joint limits and friction loss are not mapped;
 joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joints map onto
-``ukjax.multibody.ball()``/``free()`` where ukjax provides them.
+``ukjax.multibody.ball()``/``free()`` (quaternion coordinates, nq ≠ nv, MuJoCo's conventions).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Robot(eqx.Module):
         name: the model's name.
         body_names: the tree's bodies; a body with several joints gives intermediate bodies named
             ``"body:joint"`` for all but its last joint.
-        joint_names: the joints, one per coordinate (also the system's coordinate names).
+        joint_names: the joints, one per tree joint (:attr:`coordinate_names` names the velocity coordinates).
         joint_range: (lower, upper) of each joint (rad or m), ``(-inf, inf)`` where it has no limit.
         frame_names, site_names: the MuJoCo bodies (fused ones included) and sites reachable by
             :meth:`frame` and :meth:`point`.
@@ -135,6 +135,22 @@ class Robot(eqx.Module):
     _frames: tuple[tuple[str, tuple], ...] = eqx.field(static=True)
     _sites: tuple[tuple[str, tuple], ...] = eqx.field(static=True)
     _equalities: tuple[tuple, ...] = eqx.field(static=True)
+
+    @property
+    def coordinate_names(self) -> tuple[str, ...]:
+        """One name per velocity coordinate (the system's ``coordinate_names``): a hinge or slide joint's
+        name; ``"NAME:wx"`` ... for a ball joint's angular velocity (body frame) and ``"NAME:vx"`` ...
+        ``"NAME:wz"`` for a free joint's linear (world frame) and angular velocity."""
+        parts = {"ball": ("wx", "wy", "wz"), "free": ("vx", "vy", "vz", "wx", "wy", "wz")}
+        return tuple(
+            name
+            for joint, joint_name in zip(self.tree.joints, self.joint_names, strict=True)
+            for name in (
+                [f"{joint_name}:{part}" for part in parts[joint.kind]]
+                if joint.kind in parts
+                else [joint_name]
+            )
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -205,7 +221,7 @@ class Robot(eqx.Module):
             self.gravity,
             applied_force=force,
             constraints=(*loop_constraints, *constraints),
-            coordinate_names=self.joint_names,
+            coordinate_names=self.coordinate_names,
             **options,
         )
         if not np.any(np.asarray(self.params["armature"])):
@@ -374,19 +390,13 @@ def _names(model, kind, count: int, fallback: str) -> list[str]:
 
 
 def _tree_joint(jtype: int, axis, name: str):
-    """The ukjax joint of a MuJoCo joint type (hinge, slide; ball and free where ukjax has them)."""
+    """The ukjax joint of a MuJoCo joint type: hinge, slide, ball or free (MuJoCo's qpos/qvel conventions)."""
     mujoco = _mujoco()
     if jtype == mujoco.mjtJoint.mjJNT_HINGE:
         return multibody.revolute(axis)
     if jtype == mujoco.mjtJoint.mjJNT_SLIDE:
         return multibody.prismatic(axis)
-    kind = "ball" if jtype == mujoco.mjtJoint.mjJNT_BALL else "free"
-    if not hasattr(multibody, kind):
-        raise NotImplementedError(
-            f"joint {name!r}: {kind} joints need ukjax.multibody.{kind}, which this version of ukjax lacks "
-            "(hinge and slide joints are supported)"
-        )
-    return getattr(multibody, kind)()
+    return multibody.ball() if jtype == mujoco.mjtJoint.mjJNT_BALL else multibody.free()
 
 
 def _from_model(model) -> Robot:

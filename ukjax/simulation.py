@@ -24,6 +24,10 @@ Integration (all keyword-only options of :func:`simulate`):
 
 One step at a time, for control loops: :func:`ukjax.stepping.step`.
 
+Configuration manifolds (``System.nq`` ≠ n, ball and free joints): the state is (q, v), the right-hand side
+(N(q) v, v̇) evaluated at ``normalize(q)``, and every step of the solver is followed by the projection
+q ← normalize(q) (:class:`ukjax.solvers.Projected`), so unit quaternions stay unit to round-off.
+
 Failures never raise from inside diffrax (``throw=False`` there): they become a status code per scenario,
 :class:`RESULTS`. ``simulate(..., throw=True)`` instead raises an ``equinox`` runtime error with the message
 of the code (``eqx.branched_error_if``, which works under ``jit`` and ``vmap``).
@@ -72,6 +76,7 @@ from ukjax.solution import COMPLETED as COMPLETED
 from ukjax.solution import RESULTS as RESULTS
 from ukjax.solution import SimulationError as SimulationError
 from ukjax.solution import Solution as Solution
+from ukjax.solvers import Projected
 from ukjax.system import System
 
 DTMIN_FRACTION = 1e-12
@@ -120,14 +125,26 @@ def _motion(system, config, numbers, q, qd, t, p):
 
 
 def _state_derivative(system, config, numbers):
-    """(t, (q, q̇), p) -> (q̇, q̈): the ODE right-hand side, shared by :func:`simulate` and
-    :func:`ukjax.stepping.step`."""
+    """(t, (q, v), p) -> (q̇, v̇): the ODE right-hand side, shared by :func:`simulate` and
+    :func:`ukjax.stepping.step`. q̇ = N(q) v (:meth:`ukjax.System.configuration_rate`; v itself for
+    Euclidean coordinates). A system with ``normalize`` is evaluated at normalize(q), so the right-hand side
+    does not depend on the drift of q off its manifold (and a projected step keeps first-same-as-last
+    solvers consistent)."""
 
     def derivative(t, y, p):
         q, qd = y
-        return qd, _motion(system, config, numbers, q, qd, t, p)[0]
+        q = system.project(q)
+        return system.configuration_rate(q, qd), _motion(system, config, numbers, q, qd, t, p)[0]
 
     return derivative
+
+
+def _projected_solver(system, solver):
+    """``solver`` whose every step ends on the system's manifold (:class:`ukjax.solvers.Projected`), for a
+    system with ``normalize``; ``solver`` itself otherwise."""
+    if system.normalize is None:
+        return solver
+    return Projected(solver, lambda y: (system.normalize(y[0]), y[1]))
 
 
 @contextlib.contextmanager
@@ -168,8 +185,8 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     motion = _state_derivative(system, config, numbers)
 
     def vector_field(t, y, p):
-        qd, qdd = motion(t, y, p)
-        return jnp.where(start_bad, 0.0, qd), jnp.where(start_bad, 0.0, qdd)
+        rate, qdd = motion(t, y, p)
+        return jnp.where(start_bad, 0.0, rate), jnp.where(start_bad, 0.0, qdd)
 
     def nonfinite(t, y, args, **kwargs):
         q, qd = y
@@ -191,7 +208,7 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
         dt0 = numbers.dt
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(vector_field),
-        config.solver,
+        _projected_solver(system, config.solver),
         numbers.t0,
         numbers.t1,
         dt0,
@@ -206,6 +223,8 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
         progress_meter=diffrax.TqdmProgressMeter() if config.progress else diffrax.NoProgressMeter(),
     )
     q, qd = sol.ys
+    if system.normalize is not None:  # saved states between steps are interpolated: project them too
+        q = jax.vmap(system.normalize)(q)
     rtol = _pinv_rtol(config, numbers)
 
     def diagnose(t, q_, qd_):
@@ -306,6 +325,8 @@ def simulate(
         system: a :class:`ukjax.system.System`.
         q0, qd0: (n,) initial coordinates and velocities. They need not satisfy the constraints (Xu & Liu
             2017 start off the constraint manifold on purpose); Baumgarte terms then pull the motion back.
+            A system with nq ≠ n (ball or free joints) takes q0 of shape (nq,): then q̇ = N(q) v and q is
+            projected onto its manifold (``System.normalize``) after every step and at the saved times.
         params: the parameter pytree passed to every function of the system; differentiable.
         t0, t1: start and end time (t1 > t0, both finite).
         ts: save times in [t0, t1], non-decreasing; default ``DEFAULT_NUM_SAVES`` evenly spaced.

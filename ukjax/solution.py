@@ -89,7 +89,8 @@ class Solution(eqx.Module):
 
     Attributes:
         ts: (T,) saved times.
-        q, qd, qdd: (T, n) coordinates, velocities and accelerations.
+        q, qd, qdd: (T, nq), (T, n), (T, n) coordinates, velocities and accelerations (nq = n unless the
+            system has ball or free joints, ``System.nq``).
         position_residual: (T, k_h) φ of every holonomic constraint.
         velocity_residual: (T, k_v) φ̇ of every holonomic and ψ of every nonholonomic constraint.
         constraint_force: :class:`ukjax.dynamics.ConstraintForce` with ``ideal``, ``nonideal`` and

@@ -1,4 +1,5 @@
-"""Fixed-step integrators that diffrax does not ship: the classical 4th-order Runge-Kutta method.
+"""Integrators that diffrax does not ship: the classical 4th-order Runge-Kutta method, and a projection of
+every step onto a manifold.
 
 :class:`RK4` is the method MuJoCo calls ``integrator="RK4"`` (Kutta 1901; Hairer, Nørsett & Wanner 1993,
 Section II.1), so a benchmark against MuJoCo can compare like with like: 4 right-hand-side evaluations per
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import diffrax
+import equinox as eqx
 import numpy as np
 
 RK4_TABLEAU = diffrax.ButcherTableau(
@@ -63,3 +65,52 @@ class RK4(diffrax.AbstractERK):
             terms, t0, t1, y0, args, solver_state, made_jump
         )
         return y1, None, dense_info, solver_state, result
+
+
+class Projected(diffrax.AbstractWrappedSolver):
+    """Any diffrax solver whose every step ends with the projection y₁ ← project(y₁).
+
+    For states on a manifold embedded in Rᵏ (a unit quaternion in R⁴) integrated in the embedding, the
+    projection after every accepted step (the standard projection method, Hairer, Lubich & Wanner 2006,
+    Section IV.4) keeps the state on the manifold to round-off without changing the order of the method.
+    The error estimate and dense output are the wrapped solver's (interpolated values are not projected;
+    :func:`ukjax.simulate` projects its saved states). With a first-same-as-last solver (Tsit5) the
+    right-hand side must not change under the projection (``ukjax.simulate`` evaluates it at the projected
+    state), else the reused last stage is that of the unprojected y₁.
+    """
+
+    solver: diffrax.AbstractSolver
+    project: Callable = eqx.field(static=True)
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):  # pyright: ignore
+        return self.solver.interpolation_cls
+
+    @property
+    def term_compatible_contr_kwargs(self):
+        return self.solver.term_compatible_contr_kwargs
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def strong_order(self, terms):
+        return self.solver.strong_order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, error, dense_info, solver_state, result = self.solver.step(
+            terms, t0, t1, y0, args, solver_state, made_jump
+        )
+        return self.project(y1), error, dense_info, solver_state, result
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)

@@ -14,7 +14,8 @@ state by one step, look at it, and decide what to do next::
 :func:`simulate` (q̈ from the Udwadia-Kalaba equation, Liu et al. 2015, eq. 13, or from the servo-constraint
 controller for controlled systems), so ``n`` steps reproduce ``simulate(..., dt0=dt)`` at the same times.
 It is a pure function of arrays: ``jax.jit``, ``jax.vmap`` (over states and parameters: a batch of
-environments) and ``jax.grad`` (through any number of steps) work on it.
+environments) and ``jax.grad`` (through any number of steps) work on it. A system with ball or free joints
+(``System.nq`` ≠ n) takes q of shape (nq,); the step ends with q ← ``System.normalize(q)``.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def step(
         raise TypeError(f"system must be a ukjax.System, got {type(system).__name__}")
     if not isinstance(state, State):
         raise TypeError(f"state must be a ukjax.State, got {type(state).__name__}")
-    if state.q.shape != (system.n,) or state.qd.shape != (system.n,):
-        raise ValueError(f"state.q and state.qd must have shape ({system.n},), got {state.q.shape} and "
-                         f"{state.qd.shape}")
+    if state.q.shape != (system.nq,) or state.qd.shape != (system.n,):
+        raise ValueError(f"state.q must have shape ({system.nq},) and state.qd shape ({system.n},), got "
+                         f"{state.q.shape} and {state.qd.shape}")
     if method not in dynamics.ACCELERATION_METHODS:
         raise ValueError(f"method must be one of {dynamics.ACCELERATION_METHODS}, got {method!r}")
     if uk_solver not in SOLVERS:
@@ -91,4 +92,4 @@ def step(
     y0 = (state.q, state.qd)
     solver_state = solver.init(term, t0, t1, y0, params)
     (q, qd), *_ = solver.step(term, t0, t1, y0, params, solver_state, made_jump=False)
-    return State(q=q, qd=qd, t=t1)
+    return State(q=system.project(q), qd=qd, t=t1)

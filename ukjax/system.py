@@ -16,6 +16,18 @@ connections as one new level on top; :meth:`System.with_constraints` adds one le
 (``solver="recursive"``) performs one Kalman update per level (seed 003 eq. 4.14-4.16), and a level may carry
 clearance covariances R(p) (eq. 4.17-4.18), read from the parameter pytree so they can be swept and
 differentiated.
+
+Configuration manifolds (nq ≠ n). A rigid body's orientation is a unit quaternion whose rate is not its
+angular velocity, so q may have ``nq`` numbers and the velocity v (``qd``) ``n`` < nq. The System then has a
+local chart (retraction) ``retract(q, δ) = q ⊕ δ`` for δ ∈ Rⁿ with q ⊕ 0 = q (:class:`ukjax.multibody.Tree`
+provides it: quat ⊗ exp(δ/2) for a quaternion with ω in the body frame), and q̇ = N(q) v = d/ds (q ⊕ s v) at
+s = 0. Because q(t + s) = q(t) ⊕ (s v + s²/2 v̇ + O(s³)) (the Magnus expansion of the orientation: its first
+commutator term is of third order), a constraint written on q is posed in v exactly by composing it with the
+chart at the current q: φ_q(δ, t) = φ(q ⊕ δ, t) gives A = ∂φ_q/∂δ at δ = 0 (= J N(q)), φ̇ = A v + ∂φ/∂t, and
+the convective term b its second directional derivative along (v, 1), the Euclidean formulas with q → δ = 0,
+q̇ → v. M, Q and every term of the UK equation (Liu et al. 2015, eq. 11-13) are in v: M(q) v̇ = Q(q, v, t) +
+Qᶜ, A(q, v, t) v̇ = b. :func:`ukjax.simulate` integrates (q, v) with q̇ = N(q) v and projects q back onto
+the manifold (``normalize``) after every step.
 """
 
 from __future__ import annotations
@@ -196,12 +208,13 @@ def _merge_levels(levels: list[Level]) -> Level:
 
 
 class System(eqx.Module):
-    """A constrained mechanical system with ``n`` coordinates.
+    """A constrained mechanical system with ``n`` coordinates (velocities; ``nq`` configuration numbers).
 
     Attributes:
         mass: ``M(q, t, p) -> (n, n)``, symmetric positive definite for the default solver.
         force: ``Q(q, qd, t, p) -> (n,)``, all given (applied, Coriolis/centrifugal, gravity) forces.
-        n: number of generalized coordinates.
+        n: number of generalized coordinates: of velocities, the size of M, Q and of A's rows (where nq ≠ n,
+            q has nq numbers).
         constraints: passive constraints (:class:`~ukjax.constraints.Holonomic`,
             :class:`~ukjax.constraints.Nonholonomic`, :class:`~ukjax.constraints.AccelerationLevel`), in the
             order the recursive solver enforces them (lower levels of a composed system first).
@@ -228,7 +241,17 @@ class System(eqx.Module):
             applied to r + 1 columns. The motion is unchanged where the bound holds; where it does not,
             A q̈ ≠ b and :func:`ukjax.simulate` reports status ``inconsistent_constraints``. ``None``: no
             bound (m > n rows are still compressed to n for the Cholesky forms).
-        coordinate_names: optional names of the coordinates, for plots and tables.
+        nq: number of configuration coordinates, the length of q; default n. Where nq ≠ n, ``retract`` is
+            required (a free rigid body: nq = 7, n = 6).
+        retract: optional ``retract(q, delta) -> q'`` (nq,) for delta (n,): the local chart q ⊕ δ of a
+            configuration manifold, with q ⊕ 0 = q; q̇ = N(q) v = d/ds (q ⊕ s v) at s = 0
+            (:meth:`configuration_rate`). ``None``: Euclidean coordinates, q ⊕ δ = q + δ. Constraints are
+            then posed in the velocity through this chart (module docstring).
+        normalize: optional ``normalize(q) -> q`` projecting q onto its manifold (quaternions to unit
+            norm); :func:`ukjax.simulate` applies it after every step and evaluates the right-hand side at
+            ``normalize(q)``. ``None``: the identity.
+        coordinate_names: optional names of the coordinates (of the velocity: n of them), for plots and
+            tables.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
         levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
             one level holding all of them (a module's own constraints). :func:`compose` and
@@ -250,10 +273,24 @@ class System(eqx.Module):
     mass_and_force: Callable[..., Any] | None = eqx.field(static=True, default=None)
     mass_solve: Callable[..., Any] | None = eqx.field(static=True, default=None)
     constraint_rank: int | None = eqx.field(static=True, default=None)
+    nq: int | None = eqx.field(static=True, default=None)
+    retract: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    normalize: Callable[..., Any] | None = eqx.field(static=True, default=None)
+
+    def __post_init__(self):
+        if self.nq is None:
+            self.nq = self.n
 
     def __check_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"System.n must be a positive int, got {self.n!r}")
+        if not isinstance(self.nq, int) or isinstance(self.nq, bool) or self.nq < self.n:
+            raise ValueError(f"System.nq must be an int >= n = {self.n} (or None: n), got {self.nq!r}")
+        if self.nq != self.n and self.retract is None:
+            raise ValueError(
+                f"System with nq = {self.nq} configuration numbers and n = {self.n} velocities needs "
+                "retract(q, delta), the chart that moves q by a velocity-sized delta"
+            )
         if self.constraint_rank is not None and (
             not isinstance(self.constraint_rank, int) or isinstance(self.constraint_rank, bool)
             or self.constraint_rank < 1
@@ -350,6 +387,13 @@ class System(eqx.Module):
         ``force`` alone stay separate passes (``jax.hessian`` of T at q̇ = 0; ``jax.grad`` and one JVP),
         for callers that need only one of them.
         """
+        chart = [k for k in ("nq", "retract", "normalize") if kwargs.get(k) is not None]
+        if chart:
+            raise ValueError(
+                f"System.from_lagrangian needs q̇ = v (Lagrange's equations in q, q̇); it cannot take "
+                f"{chart}. Write M and Q in the velocity directly (System(mass=..., force=..., nq=..., "
+                "retract=...)) or use ukjax.multibody.Tree.system for rigid bodies with ball or free joints"
+            )
         if potential is None:
 
             def potential(q, t, p):
@@ -479,7 +523,7 @@ class System(eqx.Module):
     def constraint_blocks(self, q, qd, t, p):
         """One (A_k, b_k) block per passive constraint, in enforcement order."""
         self.check_state(q, qd)
-        return second_order_blocks(self.constraints, q, qd, t, p)
+        return second_order_blocks(self.constraints, q, qd, t, p, self.retract)
 
     def constraint_equations(self, q, qd, t, p):
         """The stacked second-order form (A, b) of all passive constraints, with Baumgarte terms in b."""
@@ -671,18 +715,19 @@ class System(eqx.Module):
         """Constraint residuals at a state: ``(position, velocity)``.
 
         ``position`` stacks φ of every holonomic constraint; ``velocity`` stacks φ̇ of every holonomic and ψ
-        of every nonholonomic constraint. Either may be empty.
+        of every nonholonomic constraint. Either may be empty. On a manifold φ̇ = A v + ∂φ/∂t through the
+        chart.
         """
         self.check_state(q, qd)
         dtype = jnp.result_type(q)
         position, velocity = [], []
         for constraint in self.constraints:
             if isinstance(constraint, Holonomic):
-                phi, phi_dot = constraint.residuals(q, qd, t, p)
+                phi, phi_dot = constraint.residuals(q, qd, t, p, self.retract)
                 position.append(phi)
                 velocity.append(phi_dot)
             elif isinstance(constraint, Nonholonomic):
-                velocity.extend(constraint.residuals(q, qd, t, p))
+                velocity.extend(constraint.residuals(q, qd, t, p, self.retract))
         join = lambda xs: jnp.concatenate(xs) if xs else jnp.zeros((0,), dtype)
         return join(position), join(velocity)
 
@@ -691,8 +736,8 @@ class System(eqx.Module):
         same state: ``(∂φ/∂q (k_h, n), ∂(φ̇, ψ)/∂q̇ (k_v, n))``, rows in the order of :meth:`residuals`.
 
         The rows of A are exactly these gradients (A = ∂φ/∂q for a holonomic block, ∂ψ/∂q̇ for a nonholonomic
-        one, and ∂φ̇/∂q̇ = ∂φ/∂q), so nothing is differentiated again. ``rows``: the rows of each constraint's
-        block of A.
+        one, and ∂φ̇/∂q̇ = ∂φ/∂q; on a manifold ∂φ(q ⊕ δ)/∂δ at δ = 0), so nothing is differentiated
+        again. ``rows``: the rows of each constraint's block of A.
         """
         position, velocity, row = [], [], 0
         for constraint, count in zip(self.constraints, rows, strict=True):
@@ -729,11 +774,25 @@ class System(eqx.Module):
         return self.kinetic(q, qd, t, p) + self.potential(q, t, p)
 
     def check_state(self, q, qd):
-        if jnp.shape(q) != (self.n,) or jnp.shape(qd) != (self.n,):
+        if jnp.shape(q) != (self.nq,) or jnp.shape(qd) != (self.n,):
+            what = (f"q and qd of shape ({self.n},)" if self.nq == self.n
+                    else f"q of shape ({self.nq},) and qd of shape ({self.n},)")  # fmt: skip
             raise ValueError(
-                f"state of a system with n = {self.n} needs q and qd of shape ({self.n},); "
+                f"state of a system with nq = {self.nq}, n = {self.n} needs {what}; "
                 f"got {jnp.shape(q)} and {jnp.shape(qd)}"
             )
+
+    def configuration_rate(self, q, qd):
+        """q̇ = N(q) v = d/ds (q ⊕ s v)|_{s=0} (nq,): ``qd`` itself for Euclidean coordinates."""
+        if self.retract is None:
+            return qd
+        q = jnp.asarray(q)
+        zero, qd = jnp.zeros(jnp.shape(qd), q.dtype), jnp.asarray(qd, q.dtype)
+        return jax.jvp(lambda d: self.retract(q, d), (zero,), (qd,))[1]
+
+    def project(self, q):
+        """``normalize(q)``: q on its manifold (the identity without ``normalize``)."""
+        return q if self.normalize is None else self.normalize(q)
 
 
 # ---------------------------------------------------------------------- composition (seed 003)
@@ -802,6 +861,13 @@ def compose(
     """
     if not subsystems:
         raise ValueError("compose needs at least one subsystem")
+    charted = [k for k in subsystems if subsystems[k].retract is not None]
+    if charted:
+        raise ValueError(
+            f"compose stacks coordinates with q̇ = v; subsystems {charted} have a configuration manifold "
+            "(retract: ball or free joints, nq != n), which compose does not support; build one "
+            "ukjax.multibody.Tree holding all the bodies instead"
+        )
     layout = Layout.of(subsystems)
     names = layout.names
     slices = layout.slices

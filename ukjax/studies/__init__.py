@@ -29,6 +29,7 @@ TUNE_STUDIES: dict[str, str] = {
     "scara": "ukjax.studies.tune_scara",
     "servo": "ukjax.studies.tune_servo",
     "flexible_joint": "ukjax.studies.tune_flexible_joint",
+    "ur5": "ukjax.studies.tune_ur5",
 }
 
 

@@ -71,6 +71,40 @@ def fixed_step_record(dt, saves, t1=None) -> dict:
     return record | {"saves": saves}
 
 
+# ------------------------------------------------------------------------------------------ robot files
+ROBOTS_EXTRA = "pip install 'ukjax[robots]'"
+
+
+def example_robot_file(relative: str) -> Path:
+    """The file ``relative`` (e.g. ``ur_description/urdf/ur5_robot.urdf``) of example-robot-data's robots,
+    installed by its wheel under ``site-packages/cmeel.prefix/share/example-robot-data/robots``.
+
+    Raises FileNotFoundError, naming ``pip install 'ukjax[robots]'``, where example-robot-data or mujoco
+    (which reads the file, :func:`ukjax.robots.load`) is not installed, or the file is not in the package."""
+    import importlib.util
+    import site
+    import sysconfig
+
+    if importlib.util.find_spec("mujoco") is None:
+        raise FileNotFoundError(
+            f"reading {relative} needs mujoco (ukjax.robots compiles URDF with it); "
+            f"install it with {ROBOTS_EXTRA}"
+        )
+    folders = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    for folder in folders:
+        robots_dir = Path(folder) / "cmeel.prefix" / "share" / "example-robot-data" / "robots"
+        if robots_dir.is_dir():
+            path = robots_dir / relative
+            if not path.is_file():
+                raise FileNotFoundError(f"example-robot-data has no {relative} (looked in {robots_dir})")
+            return path
+    raise FileNotFoundError(
+        f"{relative} comes with example-robot-data, which is not installed; install it with {ROBOTS_EXTRA}"
+    )
+
+
 # ------------------------------------------------------------------------------------------ output folders
 RESULTS_ROOT = "ukjax-results"  # default parent of every study's output, relative to the current directory
 RESULT_FILES = ("metrics.json", "history.json")  # a folder holding one of these holds results

@@ -101,9 +101,9 @@ def _local_mesh(devices: int | None) -> Mesh:
 
 
 def scenario_bytes(model, spec: Spec) -> int:
-    """Device memory one scenario of a chunk needs, at least: its saved trajectory (num_saves x (8 n + 16)
+    """Device memory one scenario of a chunk needs, at least: its saved trajectory (num_saves x (8 nq + 16)
     values: states, residuals, forces) plus the integrator state, 8 bytes each."""
-    n, saves = model.system.n, spec.integrator["num_saves"]
+    n, saves = model.system.nq, spec.integrator["num_saves"]
     return 8 * (saves * (8 * n + 16) + 64 * n)
 
 
@@ -212,7 +212,7 @@ def row_bytes(spec: Spec, model, shapes: dict) -> int:
         1 for leaf in spec.leaves.values() if leaf.root == "integrator"
     )
     always = [m for m in METRIC_DESCRIPTIONS if "[" not in m and "servo" not in m and m != "peak_abs_u"]
-    metrics = len(always) + 2 * model.system.n + len(spec.user_metrics)
+    metrics = len(always) + model.system.nq + model.system.n + len(spec.user_metrics)
     return 8 * (1 + varied + metrics)
 
 

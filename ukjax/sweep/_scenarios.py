@@ -240,7 +240,7 @@ def reducer(system, ts, t0, t1, tail: float, user_metrics: dict) -> Callable:
             row["peak_abs_u"] = _max(sol.u, (0, 1))
             row["max_abs_servo_residual"] = _max(sol.servo_residual, (0, 1))
             row["tail_abs_servo_residual"] = tail_max(sol.servo_residual)
-        for i in range(system.n):
+        for i in range(system.nq):
             row[f"q_final[{i}]"] = sol.q[-1, i]
         for i in range(system.n):
             row[f"qd_final[{i}]"] = sol.qd[-1, i]

@@ -65,10 +65,10 @@ class Scenarios(eqx.Module):
 
     def __check_init__(self):
         shape = np.shape(self.q0)
-        if len(shape) != 2 or np.shape(self.qd0) != shape:
+        if len(shape) != 2 or len(np.shape(self.qd0)) != 2 or np.shape(self.qd0)[0] != shape[0]:
             raise ValueError(
-                f"tune.Scenarios: q0 and qd0 must both have shape (batch, n); got q0 of shape {shape} and "
-                f"qd0 of shape {np.shape(self.qd0)}"
+                f"tune.Scenarios: q0 and qd0 must both have shape (batch, n) (q0: (batch, nq) for a system "
+                f"with ball or free joints); got q0 of shape {shape} and qd0 of shape {np.shape(self.qd0)}"
             )
         for path, leaf in jax.tree_util.tree_leaves_with_path(self.params):
             leaf_shape = np.shape(leaf)
@@ -82,10 +82,12 @@ class Scenarios(eqx.Module):
     def size(self) -> int:
         return int(self.q0.shape[0])
 
-    def check(self, n: int, name: str = "scenarios") -> None:
+    def check(self, n: int, name: str = "scenarios", nq: int | None = None) -> None:
         """Refuse (ValueError naming the field and the scenario) a batch that cannot be simulated by a system
-        with n coordinates: not real numbers, a wrong n, no scenario, or a NaN or infinite entry in q0, qd0
-        or a floating leaf of params. Values under a jax transformation are not checked."""
+        with n velocities and nq configuration numbers (``None``: n): not real numbers, a wrong n, no
+        scenario, or a NaN or infinite entry in q0, qd0 or a floating leaf of params. Values under a jax
+        transformation are not checked."""
+        sizes = {"q0": n if nq is None else nq, "qd0": n}
         if self.size == 0:
             raise ValueError(f"{name} is empty: q0 has shape {np.shape(self.q0)}")
         fields = [("q0", self.q0), ("qd0", self.qd0)]
@@ -99,9 +101,10 @@ class Scenarios(eqx.Module):
             values = np.asarray(value)
             if values.dtype.kind not in "biuf":
                 raise ValueError(f"{name}.{field} must hold real numbers, got dtype {values.dtype}")
-            if field in ("q0", "qd0") and values.shape[1] != n:
+            if field in sizes and values.shape[1] != sizes[field]:
                 raise ValueError(
-                    f"{name}.{field} has {values.shape[1]} coordinates per scenario; the system has {n}"
+                    f"{name}.{field} has {values.shape[1]} coordinates per scenario; the system has "
+                    f"{sizes[field]}"
                 )
             bad = ~np.isfinite(values).reshape(values.shape[0], -1).all(axis=1)
             if bad.any():
@@ -550,7 +553,7 @@ def fit(
     default_hint = optimizer is None
     optimizer = default_optimizer(steps) if optimizer is None else optimizer
     if isinstance(scenarios, Scenarios):
-        scenarios.check(system.n, name="scenarios")
+        scenarios.check(system.n, name="scenarios", nq=system.nq)
     root = jax.random.PRNGKey(seed)
     size = None
 

@@ -147,7 +147,7 @@ def _servo_residual(system, q, qd, t, p, *, velocity: bool = False):
     also φ̇_s of the holonomic ones."""
     parts = []
     for constraint in system.servo_constraints:
-        residuals = constraint.residuals(q, qd, t, p)
+        residuals = constraint.residuals(q, qd, t, p, system.retract)
         if residuals:
             parts.extend(jnp.ravel(r) for r in (residuals if velocity else residuals[:1]))
     if not parts:

@@ -1,0 +1,177 @@
+"""Speed per step of a loaded robot against MuJoCo on the same file: the UR5 of example-robot-data, RK4 like
+for like.
+
+The UR5 URDF is loaded by ``ukjax.robots.load`` (``robot.system()``: Q = -C(q, q̇) by RNEA with gravity,
+M⁻¹ by the articulated-body algorithm, Featherstone 2008, Tables 5.1 and 7.1) and compiled by MuJoCo
+directly (``benchmarks/validate_robots.py``'s ``mujoco_urdf_model``: MuJoCo fuses the static links itself).
+Passive dynamics: gravity, no contacts, no joint limits (MuJoCo's constraints disabled; the URDF has no
+damping), the same N initial states (q uniform in ±1 rad about a home pose, q̇ uniform in ±1 rad/s), the same
+fixed step and number of steps. Contenders, interleaved in every round (medians over rounds):
+
+* ``ukjax_rk4``: :func:`ukjax.simulate_batch` with ``solver=ukjax.RK4()`` (classical Runge-Kutta, 4
+  evaluations per step) and a fixed ``dt``, one compiled program (``scaling.ukjax_batch``), float64;
+* ``mujoco_rk4_1thread`` and ``mujoco_rk4_<T>threads``: ``mujoco.rollout`` with ``opt.integrator =
+  mjINT_RK4`` and one MjData per thread (``scaling.MujocoRollout``), float64.
+
+Reported per batch size N (default 1, 64, 1024): µs per step per scenario (median wall time / (steps × N)),
+compile time, the ratio MuJoCo / ukjax (above 1: ukjax is faster), and the largest difference of the final
+joint angles between ukjax and MuJoCo (the same ODE and the same method: rounding, amplified by the motion).
+``uptime`` before and after goes to the JSON with the machine and the versions.
+
+    python3 benchmarks/robots_speed.py                  # N = 1, 64, 1024; 0.5 s at 1 ms
+    python3 benchmarks/robots_speed.py --quick          # N = 1, 8; 0.05 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ukjax
+from ukjax import robots
+
+ukjax.enable_float64()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scaling import MujocoRollout, cap_steps, compile_jit, ukjax_batch  # noqa: E402
+from throughput import _write_interleaved  # noqa: E402
+from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
+
+from ukjax.studies._common import example_robot_file  # noqa: E402
+from ukjax.studies.tune_ur5 import HOME  # noqa: E402
+
+
+def initial_states(n: int, count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    q0 = np.asarray(HOME)[:n] + rng.uniform(-1.0, 1.0, (count, n))
+    return jnp.asarray(q0), jnp.asarray(rng.uniform(-1.0, 1.0, (count, n)))
+
+
+def mujoco_model(path: Path, dt: float):
+    import mujoco
+
+    start = time.perf_counter()
+    model = mujoco_urdf_model(path)
+    model.opt.timestep = dt
+    model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT | mujoco.mjtDisableBit.mjDSBL_CONTACT
+    return model, time.perf_counter() - start
+
+
+def measure(robot, path, count, args, progress):
+    system, params = robot.system(), robot.params
+    q0s, qd0s = initial_states(robot.n, count, args.seed)
+    steps = int(round(args.span / args.dt))
+    contenders = {}
+    fn = lambda q0, qd0, p, k: ukjax_batch(system, ukjax.RK4, q0, qd0, p, k, dt=args.dt, max_steps=steps + 1)
+    compiled, compile_s = compile_jit(fn, q0s, qd0s, params, steps)
+    contenders["ukjax_rk4"] = (lambda k: compiled(q0s, qd0s, params, k), compile_s)
+    progress(f"N={count}: compiled ukjax RK4 in {compile_s:.1f} s")
+    model, mj_compile_s = mujoco_model(path, args.dt)
+    rollouts = {}
+    for threads in sorted({1, args.threads}):
+        name = f"mujoco_rk4_{threads}thread" + ("s" if threads > 1 else "")
+        rollouts[name] = MujocoRollout(model, q0s, qd0s, steps, threads, mj_compile_s)
+        contenders[name] = (lambda k, mj=rollouts[name]: (mj.run(k), None), mj_compile_s)
+    planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
+    walls = {name: [] for name in contenders}
+    finals = {}
+    for r in range(args.rounds):
+        for name, (run, _) in contenders.items():
+            start = time.perf_counter()
+            finals[name] = jax.block_until_ready(run(planned[name][0]))
+            walls[name].append(time.perf_counter() - start)
+            progress(f"N={count} round {r + 1}/{args.rounds}: {name} {walls[name][-1]:.3f} s")
+    q_ukjax, status = (np.asarray(x) for x in finals["ukjax_rk4"])
+    rows = {}
+    for name in contenders:
+        ran = planned[name][0]
+        wall = statistics.median(walls[name])
+        rows[name] = {
+            "us_per_step_per_scenario": wall / (ran * count) * 1e6,
+            "compile_s": contenders[name][1],
+            "median_wall_s": wall,
+            "walls_s": walls[name],
+            "steps": ran,
+            "capped": ran < steps,
+        }
+        if name in rollouts:
+            same = ran == planned["ukjax_rk4"][0]
+            q_mj = rollouts[name].positions(finals[name][0])
+            rows[name]["max_final_q_difference_rad"] = float(np.max(np.abs(q_mj - q_ukjax))) if same else None
+    rows["ukjax_rk4"]["not_success"] = int(np.sum(status != int(ukjax.RESULTS.success)))
+    ratios = {
+        f"{name} / ukjax_rk4": rows[name]["us_per_step_per_scenario"]
+        / rows["ukjax_rk4"]["us_per_step_per_scenario"]
+        for name in rollouts
+    }
+    return {
+        "scenarios": count,
+        "steps": steps,
+        "contenders": rows,
+        "ratios": ratios,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024], help="batch sizes N")
+    parser.add_argument("--span", type=float, default=0.5, help="simulated seconds (default %(default)s)")
+    parser.add_argument("--dt", type=float, default=1e-3, help="fixed step, s (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="MuJoCo's 'all threads' count")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--budget-s", type=float, default=60.0, help="wall seconds per run; above: fewer steps"
+    )
+    parser.add_argument("--probe-steps", type=int, default=5, help="steps timed to estimate a run's cost")
+    parser.add_argument("--quick", action="store_true", help="N = 1, 8; 0.05 s; 2 rounds")
+    parser.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/robots_speed-cpu.json)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.span, args.rounds = [1, 8], 0.05, 2
+    import mujoco
+
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    path = example_robot_file(ROBOTS["ur5"])
+    robot = robots.load(path)
+    progress = lambda text: print(text, flush=True)
+    rows = [measure(robot, path, count, args, progress) for count in args.batch]
+    description = (
+        f"UR5 (example-robot-data {ROBOTS['ur5']}) passive dynamics under gravity, no contacts or limits; "
+        f"RK4 at a fixed step of {args.dt} s for {args.span} s; ukjax.simulate_batch(solver=ukjax.RK4()) vs "
+        "mujoco.rollout with mjINT_RK4 (one thread and all threads); the same initial states; medians of "
+        f"{args.rounds} interleaved rounds; cost = wall time / (steps x scenarios)"
+    )
+    results = {
+        "rows": rows,
+        "mujoco_version": mujoco.__version__,
+        "robot": {"name": robot.name, "n": robot.n},
+    }
+    payload = _write_interleaved(args, results, description, "robots_speed-cpu.json", uptime_before)
+    print(f"{'N':>6}" + "".join(f"{name:>24}" for name in rows[0]["contenders"]) + f"{'max |Δq| rad':>14}")
+    for row in rows:
+        c = row["contenders"]
+        diffs = [v.get("max_final_q_difference_rad") for v in c.values()]
+        diff = max((d for d in diffs if d is not None), default=float("nan"))
+        print(
+            f"{row['scenarios']:>6}"
+            + "".join(f"{v['us_per_step_per_scenario']:>21.3g} µs" for v in c.values())
+            + f"{diff:>14.1e}"
+        )
+    return payload
+
+
+if __name__ == "__main__":
+    main()
