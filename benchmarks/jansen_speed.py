@@ -43,15 +43,11 @@ from ukjax.studies import jansen
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RunMeter, write_results  # noqa: E402
+from _common import RunMeter  # noqa: E402
 from scaling import MujocoRollout, cap_steps, compile_jit, run_interleaved, ukjax_batch  # noqa: E402
-from throughput import machine_tag, source_state  # noqa: E402
+from throughput import _write_interleaved  # noqa: E402
 
 ALPHA = BETA = 20.0  # the study's Baumgarte gains (1/s)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def scenarios(robot, system, count: int):
@@ -157,28 +153,17 @@ def main(argv=None) -> dict:
         args.batches, args.rounds = [1, 64], 2
     import mujoco
 
-    from ukjax.studies._common import environment
-
-    env = environment()
-    out = Path(args.out or Path(__file__).parent / "results" / f"jansen-speed-{machine_tag(env)}.json")
-    meter, before = RunMeter(), uptime()
-    rows = []
-    for count in args.batches:
-        rows.append(measure(count, args, lambda text: print(text, flush=True)))
-    payload = {
-        "description": "Jansen leg (7 hinges, 3 connect loops, crank at constant speed), ukjax "
-        "simulate_batch RK4 (exact loops and drive, float64) vs mujoco.rollout RK4 (soft loops, velocity "
-        f"actuator) on the same file, fixed step {args.dt} s over {args.span} s, contenders interleaved "
-        f"({args.rounds} rounds, medians); cost = wall time / (steps x scenarios)",
-        "config": vars(args) | {"out": str(out)},
-        "source": source_state(),
-        "uptime_before": before,
-        "uptime_after": uptime(),
-        **meter.record(),
-        "mujoco_version": mujoco.__version__,
-        "rows": rows,
-    }
-    write_results(out, payload)
+    before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    meter = RunMeter()
+    rows = [measure(count, args, lambda text: print(text, flush=True)) for count in args.batches]
+    description = (
+        "Jansen leg (7 hinges, 3 connect loops, crank at constant speed), ukjax simulate_batch RK4 (exact "
+        "loops and drive, float64) vs mujoco.rollout RK4 (soft loops, velocity actuator) on the same file, "
+        f"fixed step {args.dt} s over {args.span} s, contenders interleaved ({args.rounds} rounds, medians); "
+        "cost = wall time / (steps x scenarios)"
+    )
+    results = {**meter.record(), "mujoco_version": mujoco.__version__, "rows": rows}
+    payload = _write_interleaved(args, results, description, "jansen-speed-{machine}.json", before)
     print(
         f"{'N':>6} {'ukjax µs/step/sc':>17} {'MuJoCo µs/step/sc':>18} {'MuJoCo/ukjax':>13} {'gaps (m)':>20}"
     )
@@ -187,7 +172,6 @@ def main(argv=None) -> dict:
         costs = f"{uk['us_per_step_per_scenario']:>17.2f} {mj['us_per_step_per_scenario']:>18.2f}"
         gaps = f"{uk['max_connect_gap_m']:>9.1e} {mj['max_connect_gap_m']:>9.1e}"
         print(f"{row['batch']:>6} {costs} {row['mujoco_over_ukjax']:>13.2f} {gaps}")
-    print(f"wrote {out}\n  before: {before}\n  after:  {payload['uptime_after']}")
     return payload
 
 

@@ -32,7 +32,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -41,7 +40,7 @@ from ukjax import robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import MujocoRollout, cap_steps, compile_jit, ukjax_batch  # noqa: E402
+from scaling import MujocoRollout, cap_steps, compile_jit, run_interleaved, ukjax_batch  # noqa: E402
 from throughput import _write_interleaved  # noqa: E402
 from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
 
@@ -82,14 +81,7 @@ def measure(robot, path, count, args, progress):
         rollouts[name] = MujocoRollout(model, q0s, qd0s, steps, threads, mj_compile_s)
         contenders[name] = (lambda k, mj=rollouts[name]: (mj.run(k), None), mj_compile_s)
     planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
-    walls = {name: [] for name in contenders}
-    finals = {}
-    for r in range(args.rounds):
-        for name, (run, _) in contenders.items():
-            start = time.perf_counter()
-            finals[name] = jax.block_until_ready(run(planned[name][0]))
-            walls[name].append(time.perf_counter() - start)
-            progress(f"N={count} round {r + 1}/{args.rounds}: {name} {walls[name][-1]:.3f} s")
+    walls, _, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
     q_ukjax, status = (np.asarray(x) for x in finals["ukjax_rk4"])
     rows = {}
     for name in contenders:
