@@ -330,6 +330,7 @@ def _figure(out, foot_closed, foot_sim, foot_mj, t, gap_uk, gap_mj, theta0):
     ax.plot(foot_sim[:, 0], foot_sim[:, 1], "o", ms=2.5, color="C0", label="ukjax (exact loops, RK4)")
     ax.plot(foot_mj[:, 0], foot_mj[:, 1], "--", lw=1, color="C3", label="MuJoCo (soft loops, RK4)")
     ax.set_aspect("equal")
+    ax.set_ylim(-1.0, 0.8)  # room above the leg for the legend
     ax.set_xlabel("x (m)")
     ax.set_ylabel("z (m)")
     ax.set_title("a) foot path, the leg drawn at t = 0")
