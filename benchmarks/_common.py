@@ -53,3 +53,24 @@ class RunMeter:
             "cpu_s": cpu_seconds() - self.cpu_start,
             "wall_s": time.perf_counter() - self.wall_start,
         }
+
+
+def add_rollout_arguments(parser, *, span: float, rounds: int, budget_s: float, probe_steps: int, quick: str,
+                          out: str) -> None:
+    """The flags of a benchmark that rolls a robot out with ukjax and MuJoCo at a fixed RK4 step: batch
+    sizes, simulated span, step, interleaved rounds, the per-run wall budget and its probe, ``--quick`` and
+    ``--out``."""
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024], help="batch sizes N")
+    parser.add_argument("--span", type=float, default=span, help="simulated seconds (default %(default)s)")
+    parser.add_argument("--dt", type=float, default=1e-3, help="fixed RK4 step, s (default %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=rounds, help="interleaved rounds; medians (default %(default)s)"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=budget_s, help="wall seconds per run; above it, fewer steps"
+    )
+    parser.add_argument(
+        "--probe-steps", type=int, default=probe_steps, help="steps timed to estimate a run's cost"
+    )
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--out", default=None, help=f"JSON path (default {out})")

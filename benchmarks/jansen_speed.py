@@ -28,7 +28,6 @@ and after.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -43,8 +42,15 @@ from ukjax.studies import jansen
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RunMeter  # noqa: E402
-from scaling import MujocoRollout, cap_steps, compile_jit, run_interleaved, ukjax_batch  # noqa: E402
+from _common import RunMeter, add_rollout_arguments  # noqa: E402
+from scaling import (  # noqa: E402
+    MujocoRollout,
+    cap_steps,
+    compile_jit,
+    interleaved_row,
+    run_interleaved,
+    ukjax_batch,
+)
 from throughput import _write_interleaved  # noqa: E402
 
 ALPHA = BETA = 20.0  # the study's Baumgarte gains (1/s)
@@ -114,17 +120,9 @@ def measure(count: int, args, progress) -> dict:
     rows = {}
     for name in contenders:
         ran = planned[name][0]
-        wall = statistics.median(walls[name])
         rows[name] = {
-            "us_per_step_per_scenario": wall / (ran * count) * 1e6,
-            "cpu_us_per_step_per_scenario": statistics.mean(cpus[name]) / (ran * count) * 1e6,
-            "compile_s": contenders[name][1],
-            "median_wall_s": wall,
-            "walls_s": walls[name],
-            "cpu_per_wall": sum(cpus[name]) / sum(walls[name]),
-            "steps": ran,
+            **interleaved_row(walls[name], cpus[name], ran, steps, count, contenders[name][1]),
             "span_s": ran * args.dt,
-            "capped": ran < steps,
             "max_connect_gap_m": float(np.max(gaps[name])),
         }
     status = finals["ukjax_rk4"][1]
@@ -135,27 +133,19 @@ def measure(count: int, args, progress) -> dict:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024], help="batch sizes N")
-    parser.add_argument("--span", type=float, default=1.0, help="simulated seconds (default %(default)s)")
-    parser.add_argument("--dt", type=float, default=1e-3, help="fixed RK4 step (s) (default %(default)s)")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="interleaved rounds; medians (default %(default)s)"
+    add_rollout_arguments(
+        parser, span=1.0, rounds=3, budget_s=20.0, probe_steps=50, quick="N = 1, 64 and 2 rounds",
+        out="benchmarks/results/jansen-speed-<machine>.json",
     )
-    parser.add_argument("--budget-s", type=float, default=20.0, help="wall budget of one contender's run")
-    parser.add_argument("--probe-steps", type=int, default=50, help="steps timed to estimate a run's cost")
     parser.add_argument("--mujoco-threads", type=int, default=1, help="mujoco.rollout threads (default 1)")
-    parser.add_argument("--quick", action="store_true", help="N = 1, 64 and 2 rounds")
-    parser.add_argument(
-        "--out", default=None, help="JSON path (default benchmarks/results/jansen-speed-<machine>.json)"
-    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.batches, args.rounds = [1, 64], 2
+        args.batch, args.rounds = [1, 64], 2
     import mujoco
 
     before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     meter = RunMeter()
-    rows = [measure(count, args, lambda text: print(text, flush=True)) for count in args.batches]
+    rows = [measure(count, args, lambda text: print(text, flush=True)) for count in args.batch]
     description = (
         "Jansen leg (7 hinges, 3 connect loops, crank at constant speed), ukjax simulate_batch RK4 (exact "
         "loops and drive, float64) vs mujoco.rollout RK4 (soft loops, velocity actuator) on the same file, "

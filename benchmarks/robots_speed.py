@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -40,7 +39,15 @@ from ukjax import robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import MujocoRollout, cap_steps, compile_jit, run_interleaved, ukjax_batch  # noqa: E402
+from _common import add_rollout_arguments  # noqa: E402
+from scaling import (  # noqa: E402
+    MujocoRollout,
+    cap_steps,
+    compile_jit,
+    interleaved_row,
+    run_interleaved,
+    ukjax_batch,
+)
 from throughput import _write_interleaved  # noqa: E402
 from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
 
@@ -81,20 +88,12 @@ def measure(robot, path, count, args, progress):
         rollouts[name] = MujocoRollout(model, q0s, qd0s, steps, threads, mj_compile_s)
         contenders[name] = (lambda k, mj=rollouts[name]: (mj.run(k), None), mj_compile_s)
     planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
-    walls, _, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
+    walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
     q_ukjax, status = (np.asarray(x) for x in finals["ukjax_rk4"])
     rows = {}
     for name in contenders:
         ran = planned[name][0]
-        wall = statistics.median(walls[name])
-        rows[name] = {
-            "us_per_step_per_scenario": wall / (ran * count) * 1e6,
-            "compile_s": contenders[name][1],
-            "median_wall_s": wall,
-            "walls_s": walls[name],
-            "steps": ran,
-            "capped": ran < steps,
-        }
+        rows[name] = interleaved_row(walls[name], cpus[name], ran, steps, count, contenders[name][1])
         if name in rollouts:
             same = ran == planned["ukjax_rk4"][0]
             q_mj = rollouts[name].positions(finals[name][0])
@@ -116,20 +115,12 @@ def measure(robot, path, count, args, progress):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024], help="batch sizes N")
-    parser.add_argument("--span", type=float, default=0.5, help="simulated seconds (default %(default)s)")
-    parser.add_argument("--dt", type=float, default=1e-3, help="fixed step, s (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default %(default)s)")
+    add_rollout_arguments(
+        parser, span=0.5, rounds=3, budget_s=60.0, probe_steps=5, quick="N = 1, 8; 0.05 s; 2 rounds",
+        out="benchmarks/results/robots_speed-cpu.json",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="MuJoCo's 'all threads' count")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--budget-s", type=float, default=60.0, help="wall seconds per run; above: fewer steps"
-    )
-    parser.add_argument("--probe-steps", type=int, default=5, help="steps timed to estimate a run's cost")
-    parser.add_argument("--quick", action="store_true", help="N = 1, 8; 0.05 s; 2 rounds")
-    parser.add_argument(
-        "--out", default=None, help="JSON path (default benchmarks/results/robots_speed-cpu.json)"
-    )
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.span, args.rounds = [1, 8], 0.05, 2

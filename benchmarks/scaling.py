@@ -341,6 +341,23 @@ def cap_steps(run, steps, scenarios, args):
     return max(probe, int(args.budget_s / per_step)), estimate
 
 
+def interleaved_row(walls, cpus, ran: int, planned_steps: int, count: int, compile_s) -> dict:
+    """One contender's row from :func:`run_interleaved`: microseconds per step per scenario (median wall and
+    mean CPU time over ``ran`` steps of ``count`` scenarios), its compile time and whether its steps were
+    capped below ``planned_steps``."""
+    wall = statistics.median(walls)
+    return {
+        "us_per_step_per_scenario": wall / (ran * count) * 1e6,
+        "cpu_us_per_step_per_scenario": statistics.mean(cpus) / (ran * count) * 1e6,
+        "compile_s": compile_s,
+        "median_wall_s": wall,
+        "walls_s": walls,
+        "cpu_per_wall": sum(cpus) / sum(walls),
+        "steps": ran,
+        "capped": ran < planned_steps,
+    }
+
+
 def run_interleaved(contenders, planned, rounds, progress, label):
     """Each round runs every contender once, in order, for its planned steps (``planned[name][0]``, as
     :func:`cap_steps` returns): (wall seconds and CPU seconds per name and round, each one's last output)."""
