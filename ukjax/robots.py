@@ -28,7 +28,8 @@ reach masses, centres of mass, inertias and joint placements:
   Baumgarte-stabilized: :meth:`Robot.equality_constraints`, included by :meth:`Robot.system` by default.
 
 ukjax's coordinates are MuJoCo's ``qpos`` for hinge and slide joints (same order and sign), so states
-carry over between the two. Contacts, actuators, tendons, joint limits and friction loss are not mapped;
+carry over between the two. Contacts, actuators, tendons, joint limits, friction loss and joint springs
+(stiffness: a warning names the joints) are not mapped;
 joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joints map onto
 ``ukjax.multibody.ball()``/``free()`` (quaternion coordinates, nq ≠ nv, MuJoCo's conventions).
 """
@@ -36,6 +37,7 @@ joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joint
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -418,6 +420,13 @@ def _from_model(model) -> Robot:
         raise NotImplementedError(
             f"joints {nonzero_reference} have a reference position (ref, qpos0 != 0); ukjax's coordinates "
             "are measured from the compiled configuration: remove ref from the file"
+        )
+    springs = [joint_names[j] for j in range(model.njnt) if model.jnt_stiffness[j] != 0.0]
+    if springs:
+        warnings.warn(
+            f"joints {springs} have springs (stiffness), which ukjax.robots does not map: the loaded system "
+            "has no spring force; add -k (q - q_ref) through Robot.system(applied_force=...)",
+            stacklevel=3,
         )
 
     placements = [_Placement(-1)]  # every MuJoCo body's frame on a tree body (the world: -1)
