@@ -66,6 +66,20 @@ def relative_error(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a) - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
+def record_mujoco(errors: dict, model, data, M, C, qacc) -> None:
+    """Run ``mj_forward`` at the state in ``data`` and raise the running maxima ``errors["mujoco_M"]``,
+    ``["mujoco_bias"]`` and ``["mujoco_qacc"]`` to the relative errors of ukjax's M, bias force C and q̈
+    against MuJoCo's ``mj_fullM``, ``qfrc_bias`` and ``qacc``."""
+    import mujoco
+
+    mujoco.mj_forward(model, data)
+    M_mj = np.zeros((model.nv, model.nv))
+    mujoco.mj_fullM(model, data, M_mj)
+    for key, ours, theirs in (("mujoco_M", M, M_mj), ("mujoco_bias", C, data.qfrc_bias),
+                              ("mujoco_qacc", qacc, data.qacc)):  # fmt: skip
+        errors[key] = max(errors[key], relative_error(ours, theirs))
+
+
 def mujoco_urdf_model(path: Path):
     """MuJoCo's own compilation of a URDF (its static links fused by MuJoCo), without the visual and
     collision elements (their meshes sit behind package:// paths)."""
@@ -137,12 +151,7 @@ def compare(name: str, path: Path, states: int, seed: int) -> dict:
         errors["pinocchio_aba"] = max(errors["pinocchio_aba"], relative_error(qdd, qdd_pin))
 
         mj_data.qpos[:], mj_data.qvel[:], mj_data.qfrc_applied[:] = q, qd, tau
-        mujoco.mj_forward(mj_model, mj_data)
-        M_mj = np.zeros((robot.n, robot.n))
-        mujoco.mj_fullM(mj_model, mj_data, M_mj)
-        errors["mujoco_M"] = max(errors["mujoco_M"], relative_error(M_system, M_mj))
-        errors["mujoco_bias"] = max(errors["mujoco_bias"], relative_error(C, mj_data.qfrc_bias))
-        errors["mujoco_qacc"] = max(errors["mujoco_qacc"], relative_error(qacc, mj_data.qacc))
+        record_mujoco(errors, mj_model, mj_data, M_system, C, qacc)
     return {
         "urdf": ROBOTS[name],
         "n": robot.n,
@@ -206,13 +215,8 @@ def compare_mjcf(name: str, path: Path, states: int, seed: int) -> dict:
         data.qvel[:] = rng.uniform(-1.0, 1.0, model.nv)
         data.qfrc_applied[:] = rng.uniform(-1.0, 1.0, model.nv)
         data.ctrl[:] = 0.0
-        mujoco.mj_forward(model, data)
         M, C, qacc = (np.asarray(x) for x in terms(data.qpos, data.qvel, data.qfrc_applied, robot.params))
-        M_mj = np.zeros((model.nv, model.nv))
-        mujoco.mj_fullM(model, data, M_mj)
-        errors["mujoco_M"] = max(errors["mujoco_M"], relative_error(M, M_mj))
-        errors["mujoco_bias"] = max(errors["mujoco_bias"], relative_error(C, data.qfrc_bias))
-        errors["mujoco_qacc"] = max(errors["mujoco_qacc"], relative_error(qacc, data.qacc))
+        record_mujoco(errors, model, data, M, C, qacc)
     return {
         "mjcf": f"dm_control/suite/{path.name}",
         "nq": system.nq,

@@ -70,15 +70,9 @@ def _mujoco():
 
 # ---------------------------------------------------------------------------------------------- geometry
 def _quat_to_matrix(quat) -> np.ndarray:
-    """Rotation matrix of a unit quaternion (w, x, y, z), MuJoCo's order."""
-    w, x, y, z = np.asarray(quat, dtype=float) / np.linalg.norm(quat)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
+    """Rotation matrix (NumPy) of a quaternion (w, x, y, z), MuJoCo's order, by
+    :func:`ukjax.multibody.quaternion_rotation` (at load time)."""
+    return np.asarray(multibody.quaternion_rotation(jnp.asarray(quat, dtype=float)))
 
 
 class _Placement:
