@@ -57,6 +57,34 @@ def scalar(x, name, dtype, *, positive=False, nonnegative=False, finite=True):
     return jnp.asarray(x, dtype=dtype)
 
 
+def coordinate_indices(system, items, where: str, what: str, *, unique: bool = True) -> tuple[int, ...]:
+    """Coordinate indices in [0, n) from ints or ``system.coordinate_names``, refused (ValueError naming
+    ``where``, the argument ``what`` and the culprit) otherwise; a coordinate listed twice is refused where
+    ``unique``, else kept once."""
+    if isinstance(items, str | int):
+        items = (items,)
+    names = system.coordinate_names
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if names is None or item not in names:
+                known = "the system has no coordinate_names" if names is None else f"names are {list(names)}"
+                raise ValueError(f"{where}: {what} names coordinate {item!r}, which is unknown; {known}")
+            index = names.index(item)
+        elif isinstance(item, int | np.integer) and not isinstance(item, bool):
+            index = int(item)
+            if not 0 <= index < system.n:
+                raise ValueError(f"{where}: {what} indices must lie in [0, {system.n}), got {index}")
+        else:
+            raise ValueError(f"{where}: {what} must hold coordinate indices or names, got {item!r}")
+        if index in out and not unique:
+            continue
+        out.append(index)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{where}: {what} lists a coordinate twice: {out}")
+    return tuple(out)
+
+
 def coordinate_tolerance(value, name, system, default: float, dtype):
     """A per-coordinate tolerance (n,) from ``None`` (``default`` everywhere), a number, an (n,) array, or a
     dict from ``system.coordinate_names`` to numbers (the coordinates it does not name keep ``default``);

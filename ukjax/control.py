@@ -48,9 +48,9 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
+from ukjax._validation import coordinate_indices
 from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic
 from ukjax.dynamics import uk_acceleration
 from ukjax.linalg import matrix_rank, pinv
@@ -299,18 +299,6 @@ def controllability(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> C
     return servo_controllability(eq.D, eq.r, rtol=rtol)
 
 
-def _pinned(indices, name: str, n: int) -> set[int]:
-    """Coordinate indices of one pin argument of :func:`consistent_state`, checked."""
-    out = set()
-    for i in indices:
-        if isinstance(i, bool) or not isinstance(i, int | np.integer):
-            raise ValueError(f"consistent_state: {name} must hold coordinate indices (ints), got {i!r}")
-        if not 0 <= int(i) < n:
-            raise ValueError(f"consistent_state: {name} indices must lie in [0, {n}), got {int(i)}")
-        out.add(int(i))
-    return out
-
-
 def consistent_state(
     system,
     q_guess,
@@ -335,9 +323,9 @@ def consistent_state(
     §II) note that second-order constraints lose no information only if the initial state satisfies the
     constraints of order zero and one; this function supplies such a state when a paper gives none.
 
-    Pins (indices of coordinates, each in [0, n)): ``fixed_position`` keeps those coordinates' positions
-    exactly as guessed (J restricted to the other columns), ``fixed_rate`` their rates (K likewise), and
-    ``fixed`` both (a driving crank's angle and speed, say). A crank angle may be pinned while its rate
+    Pins (indices of coordinates in [0, n), or their names): ``fixed_position`` keeps those coordinates'
+    positions exactly as guessed (J restricted to the other columns), ``fixed_rate`` their rates (K likewise),
+    and ``fixed`` both (a driving crank's angle and speed, say). A crank angle may be pinned while its rate
     follows from the others (``fixed_position=[i]``), or a speed while the angle is solved for
     (``fixed_rate=[i]``). An index listed in ``fixed`` and again in ``fixed_position`` or ``fixed_rate`` is
     refused as ambiguous. On a configuration manifold (``System.retract``, ball or free joints) the position
@@ -346,13 +334,13 @@ def consistent_state(
     compromise: check ``system.residuals(q0, qd0, t, p)``.
     """
     system.check_state(q_guess, qd_guess)
-    both = _pinned(fixed, "fixed", system.n)
-    positions = _pinned(fixed_position, "fixed_position", system.n)
-    rates = _pinned(fixed_rate, "fixed_rate", system.n)
-    for name, pins in (("fixed_position", positions), ("fixed_rate", rates)):
-        if pins & both:
+    pins = lambda items, what: set(coordinate_indices(system, items, "consistent_state", what, unique=False))
+    both, positions = pins(fixed, "fixed"), pins(fixed_position, "fixed_position")
+    rates = pins(fixed_rate, "fixed_rate")
+    for name, pinned in (("fixed_position", positions), ("fixed_rate", rates)):
+        if pinned & both:
             raise ValueError(
-                f"consistent_state: coordinates {sorted(pins & both)} are listed in fixed (position and "
+                f"consistent_state: coordinates {sorted(pinned & both)} are listed in fixed (position and "
                 f"rate) and again in {name}; list each coordinate once"
             )
     free_q = jnp.asarray([i for i in range(system.n) if i not in both | positions], dtype=int)

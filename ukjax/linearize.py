@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ukjax._validation import is_concrete
+from ukjax._validation import coordinate_indices, is_concrete
 from ukjax.constraints import AccelerationLevel
 from ukjax.control import actuation_matrix
 
@@ -135,29 +135,6 @@ def eigenvalues(A) -> jax.Array:
     return jnp.vectorize(_eigenvalues, signature="(k,k)->(k)")(A)
 
 
-def _indices(system, items, what: str) -> tuple[int, ...]:
-    """Coordinate indices from ints or coordinate names, refused with the culprit named."""
-    if isinstance(items, str | int):
-        items = (items,)
-    names = system.coordinate_names
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            if names is None or item not in names:
-                known = "the system has no coordinate_names" if names is None else f"names are {list(names)}"
-                raise ValueError(f"linearize: {what} names coordinate {item!r}, which is unknown; {known}")
-            out.append(names.index(item))
-        elif isinstance(item, int | np.integer) and not isinstance(item, bool):
-            if not 0 <= int(item) < system.n:
-                raise ValueError(f"linearize: {what} index {int(item)} is outside [0, {system.n})")
-            out.append(int(item))
-        else:
-            raise ValueError(f"linearize: {what} must hold coordinate indices or names, got {item!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"linearize: {what} lists a coordinate twice: {out}")
-    return tuple(out)
-
-
 def _name(system, i: int) -> str:
     return system.coordinate_names[i] if system.coordinate_names is not None else f"q{i}"
 
@@ -235,7 +212,7 @@ def linearize(
     shapes = jax.eval_shape(system.residuals, q, qd, t, p)
     k_h, k_v = shapes[0].shape[0], shapes[1].shape[0]
     n = system.n
-    positions = _indices(system, independent, "independent")
+    positions = coordinate_indices(system, independent, "linearize", "independent")
     if len(positions) != n - k_h:
         raise ValueError(
             f"linearize: {n} coordinates and {k_h} holonomic constraint rows leave {n - k_h} independent "
@@ -249,13 +226,13 @@ def linearize(
                 "name them with independent_rates=[...]"
             )
         independent_rates = positions
-    rates = _indices(system, independent_rates, "independent_rates")
+    rates = coordinate_indices(system, independent_rates, "linearize", "independent_rates")
     if len(rates) != n - k_v:
         raise ValueError(
             f"linearize: {n} coordinates and {k_v} velocity-level constraint rows (φ̇ and ψ) leave {n - k_v} "
             f"independent rates; independent_rates lists {len(rates)}"
         )
-    dropped = _indices(system, drop, "drop")
+    dropped = coordinate_indices(system, drop, "linearize", "drop")
     outside = [_name(system, i) for i in dropped if i not in positions]
     if outside:
         raise ValueError(f"linearize: drop names {outside}, which are not among the independent positions")
