@@ -17,14 +17,20 @@ the discrete solution) and ``BacksolveAdjoint`` (the continuous adjoint ODE solv
 independent of the number of steps, but a gradient of the continuous problem that differs from the
 discrete one by the integration error, and an extra backward solve with vector-Jacobian products).
 
+``--former-saves`` adds, interleaved, the forward loss and the forward-mode gradient with the post-processing
+at the saved times vectorized over them as it was before (``jax.vmap`` instead of the loop of
+``ukjax.simulation._at_saves``; swapped while the program is traced), for the before/after of that change.
+
     python3 benchmarks/tune_gradient.py                  # 256 scenarios, 1000 steps, 3 repeats
     python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
+    python3 benchmarks/tune_gradient.py --former-saves   # also the former vectorized post-processing
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
-from ukjax import tune
+from ukjax import simulation, tune
 from ukjax.models import scara
 from ukjax.studies import tune_scara
 
@@ -71,7 +77,12 @@ def _interleaved(functions: dict, args: dict, repeats: int) -> dict:
     return {name: {"median_s": float(np.median(t)), "all_s": t} for name, t in times.items()}
 
 
-def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
+def _vectorized_at_saves(diagnose, ts, q, qd):
+    """The post-processing at the saved times as it was before: vectorized over them."""
+    return jax.vmap(diagnose)(ts, q, qd)
+
+
+def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False) -> dict:
     system = scara.system()
     box = tune_scara.gain_box(dt)
     space = tune_scara.space_for(box, 0.5, 200.0)
@@ -97,6 +108,16 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     compiled["forward"], compile_s["forward"] = _compile(forward, theta, batch)
     for mode in modes:
         compiled[f"gradient_{mode}"], compile_s[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)
+    if former_saves:
+        current, simulation._at_saves = simulation._at_saves, _vectorized_at_saves
+        try:
+            jax.clear_caches()
+            for name, fn in (("forward", forward), ("gradient_forward", gradient("forward"))):
+                key = f"{name}_former_saves"
+                compiled[key], compile_s[key] = _compile(fn, theta, batch)
+        finally:
+            simulation._at_saves = current
+            jax.clear_caches()
     memory = {name: _memory(fn) for name, fn in compiled.items()}
     timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
     loss_f = float(compiled["forward"](theta, batch))
@@ -118,7 +139,15 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
         "run": timing,
         "grad_over_forward": {
             mode: timing[f"gradient_{mode}"]["median_s"] / timing["forward"]["median_s"] for mode in modes
-        },
+        }
+        | (
+            {
+                "forward_former_saves": timing["gradient_forward_former_saves"]["median_s"]
+                / timing["forward_former_saves"]["median_s"]
+            }
+            if former_saves
+            else {}
+        ),
         "target_ratio": 3.0,
         "memory": memory,
         "trajectory_states_MiB": trajectory_bytes / 2**20,
@@ -208,6 +237,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--adjoints", action="store_true", help="also compare diffrax's adjoints directly")
     parser.add_argument(
+        "--former-saves",
+        action="store_true",
+        help="also the former post-processing vectorized over the saved times (before/after, interleaved)",
+    )
+    parser.add_argument(
         "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
     )
     args = parser.parse_args()
@@ -215,7 +249,7 @@ def main() -> None:
     from _common import machine_info, write_results
 
     load_before = os.getloadavg()
-    results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats)}
+    results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats, args.former_saves)}
     r = results["tuner"]
     run, memory = r["run"], r["memory"]
     for mode in ("forward", "reverse"):
@@ -242,7 +276,7 @@ def main() -> None:
     results["load_average"] = {"before": load_before, "after": os.getloadavg()}
     info = machine_info()
     cpu = info["machine"]["cpu"].split()
-    tag = "-".join(w.lower() for w in cpu[:2]) if cpu else "cpu"
+    tag = "-".join(re.sub(r"\(r\)|\W", "", w.lower()) for w in cpu[:2]) if cpu else "cpu"
     out = Path(
         args.out or f"benchmarks/results/tune_gradient-{jax.default_backend()}-{tag}-{os.cpu_count()}c.json"
     )

@@ -204,7 +204,7 @@ def resolve_gradient_mode(mode: str, theta) -> str:
     Reverse mode (``RecursiveCheckpointAdjoint``) stores one state per step and recomputes each step with its
     VJP on the way back, whatever k is; it wins for many parameters. On the SCARA objective (256 scenarios ×
     1000 steps, ``benchmarks/tune_gradient.py``) forward mode with k = 2 costs 2.2 forward passes, about 0.6
-    per tangent, and reverse mode 5.2, so they cross near k = 7."""
+    per tangent, and reverse mode 4.5 to 5.2 (two machines), so they cross near k = 6 to 7."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
     if mode != "auto":
