@@ -577,6 +577,17 @@ class System(eqx.Module):
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
+        leaves = jax.tree_util.tree_leaves((q, qd, t, p, rtol, force))
+        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            # Called on concrete arrays (outside jit): one compiled program, instead of compiling each of the
+            # solve's few hundred operations on its own (JAX's op-by-op dispatch); t as an array, so that a
+            # new time does not compile again.
+            if isinstance(t, (int, float)):
+                t = jnp.asarray(t, jnp.result_type(float, q))
+            return _compiled_motion(self, q, qd, t, p, method, solver, rtol, force)
+        return self._motion(q, qd, t, p, method, solver, rtol, force)
+
+    def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
         c, blocks, M, Q = evaluate_shared(
             functools.partial(self._model_terms, mass=not uses_mass_solve), q, qd, t, p, force
@@ -968,3 +979,9 @@ def compose(
         levels=tuple(levels),
         mass_solve=mass_solve,
     )
+
+
+@eqx.filter_jit
+def _compiled_motion(system, q, qd, t, p, method, solver, rtol, force) -> Motion:
+    """:meth:`System.motion` on concrete arrays, compiled once per system, shapes and options."""
+    return system._motion(q, qd, t, p, method, solver, rtol, force)
