@@ -18,10 +18,12 @@ from ukjax.studies._common import environment, write_json
 
 
 def machine_info() -> dict:
-    """CPU model, cores, platform, JAX backend and devices, versions (python, jax, jaxlib, numpy, ...)."""
+    """CPU model, cores, platform, JAX backend and devices, versions (python, jax, jaxlib, numpy, ...) and
+    the XLA flags the run compiled with (``$XLA_FLAGS``; empty: JAX's defaults)."""
     info = environment()
     info["versions"]["jaxlib"] = jaxlib.__version__
     info["device"] = str(jax.devices()[0])
+    info["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     return info
 
 
