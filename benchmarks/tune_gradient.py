@@ -119,6 +119,9 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
             simulation._at_saves = current
             jax.clear_caches()
     memory = {name: _memory(fn) for name, fn in compiled.items()}
+    pairs = [(mode, "forward", f"gradient_{mode}") for mode in modes]
+    if former_saves:
+        pairs.append(("forward_former_saves", "forward_former_saves", "gradient_forward_former_saves"))
     timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
     loss_f = float(compiled["forward"](theta, batch))
     results = {mode: compiled[f"gradient_{mode}"](theta, batch) for mode in modes}
@@ -138,16 +141,9 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
         "compile_s": compile_s,
         "run": timing,
         "grad_over_forward": {
-            mode: timing[f"gradient_{mode}"]["median_s"] / timing["forward"]["median_s"] for mode in modes
-        }
-        | (
-            {
-                "forward_former_saves": timing["gradient_forward_former_saves"]["median_s"]
-                / timing["forward_former_saves"]["median_s"]
-            }
-            if former_saves
-            else {}
-        ),
+            ratio: timing[gradient]["median_s"] / timing[forward]["median_s"]
+            for ratio, forward, gradient in pairs
+        },
         "target_ratio": 3.0,
         "memory": memory,
         "trajectory_states_MiB": trajectory_bytes / 2**20,

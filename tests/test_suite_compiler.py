@@ -36,22 +36,25 @@ def loss(alpha):
     return jnp.sum(sol.position_residual**2) + jnp.sum(sol.q[:, -1] ** 2)
 
 
-sol = run(1.0)
-value, tangent = jax.jvp(loss, (1.0,), (1.0,))
-print(json.dumps({
-    "q": sol.q.tolist(), "qdd": sol.qdd.tolist(), "force": sol.constraint_force.total.tolist(),
-    "violation": sol.position_violation.tolist(), "status": sol.status.tolist(),
-    "loss": float(value), "dloss": float(tangent),
-}))
+def result():
+    sol = run(1.0)
+    value, tangent = jax.jvp(loss, (1.0,), (1.0,))
+    return {
+        "q": sol.q.tolist(), "qdd": sol.qdd.tolist(), "force": sol.constraint_force.total.tolist(),
+        "violation": sol.position_violation.tolist(), "status": sol.status.tolist(),
+        "loss": float(value), "dloss": float(tangent),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(result()))
 """
 
 
 def _run_here() -> dict:
-    scope = {}
-    printed = []
-    scope["print"] = printed.append
+    scope = {"__name__": "suite"}
     exec(SCRIPT, scope)  # noqa: S102 - the same program as the subprocess runs
-    return json.loads(printed[-1])
+    return scope["result"]()
 
 
 def test_default_compiler_configuration_gives_the_suites_numbers():
