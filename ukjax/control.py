@@ -281,6 +281,15 @@ def closed_loop_acceleration(
     when False).
     """
     system.check_state(q, qd)
+    if isinstance(t, (int, float)):
+        t = jnp.asarray(t, jnp.result_type(float, q))
+    return _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol)
+
+
+@eqx.filter_jit
+def _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol) -> ClosedLoop:
+    """:func:`closed_loop_acceleration` as one program per system, shapes and options: traced once and
+    reused by every caller (see :meth:`ukjax.System.motion`)."""
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
     u = constraint_following_control(eq.D, eq.r, _null_vector(s, q, qd, t, p), rtol=rtol)
     qdd = eq.qdd_passive + eq.response @ u

@@ -577,15 +577,13 @@ class System(eqx.Module):
         if method not in dynamics.ACCELERATION_METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {dynamics.ACCELERATION_METHODS}")
         self.check_state(q, qd)
-        leaves = jax.tree_util.tree_leaves((q, qd, t, p, rtol, force))
-        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
-            # Called on concrete arrays (outside jit): one compiled program, instead of compiling each of the
-            # solve's few hundred operations on its own (JAX's op-by-op dispatch); t as an array, so that a
-            # new time does not compile again.
-            if isinstance(t, (int, float)):
-                t = jnp.asarray(t, jnp.result_type(float, q))
-            return _compiled_motion(self, q, qd, t, p, method, solver, rtol, force)
-        return self._motion(q, qd, t, p, method, solver, rtol, force)
+        # One program per system, shapes and options (an inner jit when traced): the right-hand side is
+        # traced once, not once per Runge-Kutta stage, saved time and derivative pass; on concrete arrays
+        # it is one compiled call instead of JAX's op-by-op dispatch of the solve's few hundred operations.
+        # t as an array, so that a new time does not compile again.
+        if isinstance(t, (int, float)):
+            t = jnp.asarray(t, jnp.result_type(float, q))
+        return _compiled_motion(self, q, qd, t, p, method, solver, rtol, force)
 
     def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
@@ -983,5 +981,7 @@ def compose(
 
 @eqx.filter_jit
 def _compiled_motion(system, q, qd, t, p, method, solver, rtol, force) -> Motion:
-    """:meth:`System.motion` on concrete arrays, compiled once per system, shapes and options."""
+    """:meth:`System.motion` as one program per system, shapes and options. Inside a traced function it is
+    a nested jit: JAX traces it once and reuses the trace (and its derivatives' traces) at every call with
+    the same system and shapes, and XLA inlines it, so the compiled code is that of the inlined solve."""
     return system._motion(q, qd, t, p, method, solver, rtol, force)
