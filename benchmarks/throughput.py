@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -605,10 +609,88 @@ def rhs_costs(batch, seed):
     return out
 
 
+def _user_measurements_in_process(args, batch, steps, q0, qd0):
+    """Every (solver, contender) of :func:`user_contenders` compiled in this process, then ``--rounds``
+    rounds each running every contender once (order alternating between rounds)."""
+    compiled, out = {}, {}
+    for solver in args.solvers:
+        for name, (fn, params) in user_contenders(args.dt, steps, solver).items():
+            start = time.perf_counter()
+            program = jax.jit(fn).lower(q0, qd0, params).compile()
+            final = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
+            compiled[(solver, name)] = (program, params)
+            out[(solver, name)] = {"compile_s": [time.perf_counter() - start], "times": [], "final": final}
+    keys = list(compiled)
+    for r in range(args.rounds):
+        for key in keys if r % 2 == 0 else keys[::-1]:
+            program, params = compiled[key]
+            start, cpu = time.perf_counter(), time.process_time()
+            jax.block_until_ready(program(q0, qd0, params))
+            out[key]["times"].append((time.perf_counter() - start, time.process_time() - cpu))
+    return out
+
+
+def _user_worker(args):
+    """``--user-worker SOLVER:NAME``: one contender of :func:`bench_user --isolate <bench_user>` in this
+    process: compile, ``--runs-per-process`` timed runs, results as JSON to ``--out``."""
+    solver, name = args.user_worker.split(":")
+    from ukjax.models import scara
+
+    steps = int(round(args.duration / args.dt))
+    base = scara.initial_state(scara.default_params())
+    q0, qd0 = (jnp.asarray(x) for x in scenarios(base, args.batch[0], args.seed, np.float64))
+    fn, params = user_contenders(args.dt, steps, solver)[name]
+    start = time.perf_counter()
+    program = jax.jit(fn).lower(q0, qd0, params).compile()
+    final = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(args.runs_per_process):
+        start, cpu = time.perf_counter(), time.process_time()
+        jax.block_until_ready(program(q0, qd0, params))
+        times.append((time.perf_counter() - start, time.process_time() - cpu))
+    Path(args.out).write_text(json.dumps({"compile_s": compile_s, "times": times, "final": final.tolist()}))
+
+
+def _user_measurements_isolated(args, batch, steps):
+    """Every (solver, contender) of :func:`user_contenders` in its own process, the processes interleaved:
+    ``--rounds`` rounds each starting one process per contender (order alternating between rounds), each
+    compiling and timing ``--runs-per-process`` runs. A process that does not finish in ``--timeout-s`` is
+    killed, counted as hung and started again (up to ``--retries`` times): with JAX's default XLA:CPU
+    configuration, the naive program's batched LAPACK calls (eigh, pinv under vmap) can wait on each other
+    forever (jaxlib 0.10's ParallelBatchMap; ``benchmarks/lapack_batch_deadlock.py``)."""
+    keys = [(solver, name) for solver in args.solvers for name in USER_CONTENDERS]
+    out = {key: {"compile_s": [], "times": [], "final": None, "hung": 0} for key in keys}
+    scratch = Path(tempfile.mkdtemp(prefix="throughput-user-"))
+    for r in range(args.rounds):
+        for key in keys if r % 2 == 0 else keys[::-1]:
+            part = scratch / f"{key[0]}-{key[1]}-{r}.json"
+            command = [
+                sys.executable, __file__, "--user-worker", f"{key[0]}:{key[1]}", "--batch", str(batch),
+                "--duration", str(args.duration), "--dt", str(args.dt), "--seed", str(args.seed),
+                "--runs-per-process", str(args.runs_per_process), "--out", str(part),
+            ]  # fmt: skip
+            for _ in range(1 + args.retries):
+                try:
+                    subprocess.run(command, check=True, timeout=args.timeout_s, capture_output=True)
+                    break
+                except subprocess.TimeoutExpired:
+                    out[key]["hung"] += 1
+                    print(f"  {key[0]} {key[1]}: hung ({args.timeout_s:.0f} s), started again", flush=True)
+            else:
+                continue
+            done = json.loads(part.read_text())
+            out[key]["compile_s"].append(done["compile_s"])
+            out[key]["times"] += [tuple(t) for t in done["times"]]
+            out[key]["final"] = np.asarray(done["final"])
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
 def bench_user(args):
-    """Shipped and user-written SCARA, ukjax and naive JAX, RK4 and Tsit5, per batch size: all contenders
-    compiled first, then ``--rounds`` rounds, each running every contender once (order alternating between
-    rounds); medians of wall and CPU seconds."""
+    """Shipped and user-written SCARA, ukjax and naive JAX, RK4 and Tsit5, per batch size, contenders
+    interleaved: in one process (:func:`_user_measurements_in_process`) or, with ``--isolate``, one process
+    per contender and round (:func:`_user_measurements_isolated`); medians of wall and CPU seconds."""
     from ukjax.models import scara
 
     base = scara.initial_state(scara.default_params())
@@ -616,55 +698,54 @@ def bench_user(args):
     p64 = {k: np.float64(v) for k, v in PAPER.items()}
     rows = []
     for batch in args.batch:
-        q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, args.seed, np.float64))
-        compiled, compile_s, finals = {}, {}, {}
-        for solver in args.solvers:
-            for name, (fn, params) in user_contenders(args.dt, steps, solver).items():
-                start = time.perf_counter()
-                program = jax.jit(fn).lower(q0, qd0, params).compile()
-                finals[(solver, name)] = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
-                compile_s[(solver, name)] = time.perf_counter() - start
-                compiled[(solver, name)] = (program, params)
-        times = {key: [] for key in compiled}
-        keys = list(compiled)
-        for r in range(args.rounds):
-            for key in keys if r % 2 == 0 else keys[::-1]:
-                program, params = compiled[key]
-                start, cpu = time.perf_counter(), time.process_time()
-                jax.block_until_ready(program(q0, qd0, params))
-                times[key].append((time.perf_counter() - start, time.process_time() - cpu))
+        if args.isolate:
+            measured = _user_measurements_isolated(args, batch, steps)
+        else:
+            q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, args.seed, np.float64))
+            measured = _user_measurements_in_process(args, batch, steps, q0, qd0)
         for solver in args.solvers:
             row = {"batch": batch, "solver": solver, "steps": steps}
             for name in USER_CONTENDERS:
-                wall = float(np.median([w for w, _ in times[(solver, name)]]))
-                cpu_s = float(np.median([c for _, c in times[(solver, name)]]))
-                q = finals[(solver, name)]
+                m = measured[(solver, name)]
+                if not m["times"]:
+                    row[name] = {"hung": m.get("hung", 0), "runs": 0}
+                    continue
+                wall = float(np.median([w for w, _ in m["times"]]))
+                cpu_s = float(np.median([c for _, c in m["times"]]))
+                reference = measured[(solver, "ukjax_scara")]["final"]
                 row[name] = {
-                    "compile_s": compile_s[(solver, name)], "run_s": wall, "cpu_s": cpu_s,
-                    "run_s_rounds": [w for w, _ in times[(solver, name)]],
+                    "compile_s": float(np.median(m["compile_s"])), "run_s": wall, "cpu_s": cpu_s,
+                    "run_s_rounds": [w for w, _ in m["times"]],
                     "scenario_steps_per_s": batch * steps / wall,
                     "cpu_ns_per_scenario_step": cpu_s / (batch * steps) * 1e9,
-                    "max_violation": max_violation(q, steps, args.dt, p64),
-                    "max_state_difference_vs_ukjax_scara": float(
-                        np.max(np.abs(q - finals[(solver, "ukjax_scara")]))
+                    "max_violation": max_violation(m["final"], steps, args.dt, p64),
+                    "max_state_difference_vs_ukjax_scara": (
+                        None if reference is None else float(np.max(np.abs(m["final"] - reference)))
                     ),
+                    **({"hung_processes": m["hung"]} if "hung" in m else {}),
                 }  # fmt: skip
             for model in ("scara", "user_scara"):
-                ukjax_rate = row[f"ukjax_{model}"]["scenario_steps_per_s"]
-                naive_rate = row[f"naive_jax_{model}"]["scenario_steps_per_s"]
-                row[f"ukjax_over_naive_{model}"] = ukjax_rate / naive_rate
-                row[f"ukjax_over_naive_{model}_cpu"] = (
-                    row[f"naive_jax_{model}"]["cpu_s"] / row[f"ukjax_{model}"]["cpu_s"]
-                )
+                mine, naive = row[f"ukjax_{model}"], row[f"naive_jax_{model}"]
+                if "run_s" in mine and "run_s" in naive:
+                    rates = mine["scenario_steps_per_s"], naive["scenario_steps_per_s"]
+                    row[f"ukjax_over_naive_{model}"] = rates[0] / rates[1]
+                    row[f"ukjax_over_naive_{model}_cpu"] = naive["cpu_s"] / mine["cpu_s"]
             rows.append(row)
             print(
                 f"batch {batch:>5} {solver:<5} "
-                + " | ".join(f"{n} {row[n]['scenario_steps_per_s']:>9.4g}/s" for n in USER_CONTENDERS)
-                + f" | ukjax/naive shipped {row['ukjax_over_naive_scara']:.1f}x"
-                f" user {row['ukjax_over_naive_user_scara']:.1f}x",
+                + " | ".join(
+                    f"{n} {row[n]['scenario_steps_per_s']:>9.4g}/s" if "run_s" in row[n] else f"{n} hung"
+                    for n in USER_CONTENDERS
+                )
+                + "".join(
+                    f" | ukjax/naive {m} {row[f'ukjax_over_naive_{m}']:.1f}x"
+                    for m in ("scara", "user_scara")
+                    if f"ukjax_over_naive_{m}" in row
+                ),
                 flush=True,
             )
-    return {"steps": steps, "rows": rows, "rhs_cost_per_scenario_eval": rhs_costs(args.batch[-1], args.seed)}
+    costs = rhs_costs(args.batch[-1], args.seed) if args.profile else None
+    return {"steps": steps, "rows": rows, "rhs_cost_per_scenario_eval": costs}
 
 
 def format_row(row) -> str:
@@ -763,7 +844,20 @@ def main(argv=None):
         "JAX, for each of --solvers, interleaved in --rounds rounds, instead of the contenders above",
     )
     parser.add_argument("--solvers", nargs="+", default=["RK4", "Tsit5"], choices=["RK4", "Tsit5"])
+    parser.add_argument(
+        "--isolate", action="store_true",
+        help="with --user: each contender in its own process, the processes interleaved over --rounds, a "
+        "hung process killed after --timeout-s and started again (the naive program's batched LAPACK calls "
+        "can deadlock with JAX's default XLA:CPU configuration)",
+    )
+    isolated = "with --isolate (default %(default)s)"
+    parser.add_argument("--runs-per-process", type=int, default=3, help=isolated)
+    parser.add_argument("--timeout-s", type=float, default=180.0, help=isolated)
+    parser.add_argument("--retries", type=int, default=3, help=isolated)
+    parser.add_argument("--user-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.user_worker:
+        return _user_worker(args)
     load_before = os.getloadavg()
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     if args.user:
@@ -773,6 +867,12 @@ def main(argv=None):
             "(eigh, jnp.linalg.pinv, its own Runge-Kutta loop), each on the shipped model and on the "
             f"user-written one (benchmarks/user_scara.py); fixed step {args.dt} s over {args.duration} s "
             f"({results['steps']} steps); {args.rounds} interleaved rounds, medians"
+            + (
+                f"; each contender in its own process per round ({args.runs_per_process} timed runs after "
+                f"compiling), a process hung past {args.timeout_s:.0f} s killed and started again"
+                if args.isolate
+                else ""
+            )
         )
         return _write_interleaved(args, results, description, "throughput-user-{machine}.json", uptime_before)
     if args.ab_ldl:
