@@ -118,7 +118,11 @@ def throughput() -> str:
     return table(header, rows, ["---:"] * 6)
 
 
-USER_MODEL_RUNS = ("throughput-user-model-cpu-n256.json", "throughput-user-model-cpu-n1024.json")
+USER_MODEL_RUNS = (
+    "throughput-user-model-cpu-n256.json",
+    "throughput-user-model-cpu-n1024.json",
+    "throughput-user-model-cpu-default-isolated-n1024.json",
+)
 USER_MODEL_CONTENDERS = ("ukjax_user_scara", "naive_jax_user_scara", "ukjax_scara", "naive_jax_scara")
 
 
@@ -134,15 +138,16 @@ def user_model() -> str:
             rate = {c: row[c]["scenario_steps_per_s"] for c in USER_MODEL_CONTENDERS}
             rows.append([
                 str(row["batch"]), row["solver"],
+                "process per contender" if data["config"].get("isolate") else "one process",
                 *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[:2]),
                 bold(times(rate["ukjax_user_scara"] / rate["naive_jax_user_scara"])),
                 *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[2:]),
                 times(rate["ukjax_scara"] / rate["naive_jax_scara"]),
                 f"{load_average}–{after}",
             ])
-    header = ["scenarios", "solver", "ukjax, user model", "naive JAX, user model", "ratio",
-              "ukjax, shipped model", "naive JAX, shipped model", "ratio", "load"]
-    return table(header, rows, ["---:", "---"] + ["---:"] * 7)
+    header = ["scenarios", "solver", "contenders ran in", "ukjax, user model", "naive JAX, user model",
+              "ratio", "ukjax, shipped model", "naive JAX, shipped model", "ratio", "load"]
+    return table(header, rows, ["---:", "---", "---"] + ["---:"] * 7)
 
 
 def default_method() -> str:

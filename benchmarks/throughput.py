@@ -670,13 +670,14 @@ def _user_measurements_isolated(args, batch, steps):
                 "--duration", str(args.duration), "--dt", str(args.dt), "--seed", str(args.seed),
                 "--runs-per-process", str(args.runs_per_process), "--out", str(part),
             ]  # fmt: skip
-            for _ in range(1 + args.retries):
+            for attempt in range(1 + args.retries):
                 try:
                     subprocess.run(command, check=True, timeout=args.timeout_s, capture_output=True)
                     break
                 except subprocess.TimeoutExpired:
                     out[key]["hung"] += 1
-                    print(f"  {key[0]} {key[1]}: hung ({args.timeout_s:.0f} s), started again", flush=True)
+                    then = "started again" if attempt < args.retries else "no result this round"
+                    print(f"  {key[0]} {key[1]}: hung ({args.timeout_s:.0f} s), {then}", flush=True)
             else:
                 continue
             done = json.loads(part.read_text())
