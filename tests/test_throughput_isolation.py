@@ -23,7 +23,8 @@ def throughput():
 
 def run(throughput, tmp_path, *options):
     out = tmp_path / "user.json"
-    common = ["--user", "--isolate", "--batch", "2", "--duration", "0.01", "--rounds", "1", "--solvers", "RK4"]
+    common = ["--user", "--isolate", "--batch", "2", "--duration", "0.01", "--rounds", "1"]
+    common += ["--solvers", "RK4"]
     payload = throughput.main([*common, "--profile", "0", "--out", str(out), *options])
     assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
     return payload

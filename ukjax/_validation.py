@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -354,44 +355,22 @@ def _call(what: str, signature: str, fn, *args):
 
 
 def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) -> None:
-    """Check every function of ``system`` at the initial state before anything is compiled.
+    """Check every function of ``system`` at the initial state before the simulation is compiled.
 
     Every function (mass, force, non-ideal vector, actuation, every constraint's second-order form and
-    residuals) is traced once abstractly (``jax.eval_shape``: no arithmetic, so it costs milliseconds), which
-    reports a missing parameter key, a wrong signature or a wrong output shape with the function's name. The
-    values that decide whether integration can start are computed eagerly: the mass matrix (finite, symmetric,
-    positive definite) and the position-level residuals φ (finite).
+    residuals) is traced at the initial state (:func:`_start_values`), which reports a missing parameter key,
+    a wrong signature or a wrong output shape with the function's name. The values that decide whether
+    integration can start are checked here: the mass matrix (finite, symmetric, positive definite) and the
+    position-level residuals φ (finite).
     """
-    _call("mass", "mass(q, t, p)", jax.eval_shape, system.mass_matrix, q0, t0, params)
-    _call("force", "force(q, qd, t, p)", jax.eval_shape, system.given_force, q0, qd0, t0, params)
-    if system.nonideal is not None:
-        signature = "nonideal(q, qd, t, p)"
-        _call("nonideal", signature, jax.eval_shape, system.nonideal_vector, q0, qd0, t0, params)
-    if system.actuation is not None:
-        _call("actuation", "actuation(q, t, p)", jax.eval_shape, system.actuation, q0, t0, params)
-    signatures = {
-        "Holonomic": "phi(q, t, p)",
-        "Nonholonomic": "psi(q, qd, t, p)",
-        "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
-    }
-    for group, constraints in (
-        ("constraint", system.constraints),
-        ("servo constraint", system.servo_constraints),
-    ):
-        for constraint in constraints:
-            label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
-            signature = signatures[type(constraint).__name__]
-            for form in (constraint.second_order, constraint.residuals):
-                form = functools.partial(form, retract=system.retract)
-                _call(label, signature, jax.eval_shape, form, q0, qd0, t0, params)
-            if hasattr(constraint, "phi"):
-                phi = np.asarray(constraint.value(q0, t0, params))
-                if not np.all(np.isfinite(phi)):
-                    raise ValueError(
-                        f"{label}: φ is NaN or infinite at the initial state (q0 = {np.asarray(q0)}, "
-                        f"φ = {phi})"
-                    )
-    M = np.asarray(system.mass_matrix(q0, t0, params))
+    phis, M = _start_values(system, q0, qd0, t0, params)
+    for label, phi in phis:
+        phi = np.asarray(phi)
+        if not np.all(np.isfinite(phi)):
+            raise ValueError(
+                f"{label}: φ is NaN or infinite at the initial state (q0 = {np.asarray(q0)}, φ = {phi})"
+            )
+    M = np.asarray(M)
     if not np.all(np.isfinite(M)):
         raise ValueError(f"the mass matrix is NaN or infinite at the initial state q0 = {np.asarray(q0)}")
     if not np.max(np.abs(M - M.T), initial=0.0) <= SYMMETRY_RTOL * np.max(np.abs(M), initial=0.0):
@@ -421,3 +400,36 @@ def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) 
             f"{smallest:.3g}); check masses and inertias in params, or use a singular-mass form "
             f"(uk_solver='falco' or 'phohomsiri')"
         )
+
+
+@eqx.filter_jit
+def _start_values(system, q0, qd0, t0, params):
+    """((label, φ) of every holonomic constraint, M) at the initial state, from one program that calls every
+    function of ``system`` there, each failure re-raised naming the function (:func:`_call`). Compiled once
+    per system and shapes: a later simulation of the same system reuses it instead of tracing every model
+    function again (a multibody system's functions take a second to trace) and evaluating φ and M
+    operation by operation."""
+    _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
+    _call("force", "force(q, qd, t, p)", system.given_force, q0, qd0, t0, params)
+    if system.nonideal is not None:
+        _call("nonideal", "nonideal(q, qd, t, p)", system.nonideal_vector, q0, qd0, t0, params)
+    if system.actuation is not None:
+        _call("actuation", "actuation(q, t, p)", system.actuation, q0, t0, params)
+    signatures = {
+        "Holonomic": "phi(q, t, p)",
+        "Nonholonomic": "psi(q, qd, t, p)",
+        "AccelerationLevel": "A(q, qd, t, p) and b(q, qd, t, p)",
+    }
+    phis = []
+    for group, constraints in (
+        ("constraint", system.constraints),
+        ("servo constraint", system.servo_constraints),
+    ):
+        for constraint in constraints:
+            label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
+            signature = signatures[type(constraint).__name__]
+            for form in (constraint.second_order, constraint.residuals):
+                _call(label, signature, functools.partial(form, retract=system.retract), q0, qd0, t0, params)
+            if hasattr(constraint, "phi"):
+                phis.append((label, constraint.value(q0, t0, params)))
+    return phis, system.mass_matrix(q0, t0, params)
