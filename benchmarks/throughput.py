@@ -631,8 +631,9 @@ def _user_measurements_in_process(args, batch, steps, q0, qd0):
 
 
 def _user_worker(args):
-    """``--user-worker SOLVER:NAME``: one contender of :func:`bench_user --isolate <bench_user>` in this
-    process: compile, ``--runs-per-process`` timed runs, results as JSON to ``--out``."""
+    """``--user-worker SOLVER:NAME``: one contender of ``--user --isolate`` in this process (started by
+    :func:`_user_measurements_isolated`): compile, ``--runs-per-process`` timed runs, results as JSON to
+    ``--out``."""
     solver, name = args.user_worker.split(":")
     from ukjax.models import scara
 
