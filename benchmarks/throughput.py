@@ -32,7 +32,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -609,24 +608,35 @@ def rhs_costs(batch, seed):
     return out
 
 
+def _compile_and_run_once(fn, q0, qd0, params):
+    """(compiled ``jax.jit(fn)``, seconds to compile it and run it once, final positions of that run)."""
+    start = time.perf_counter()
+    program = jax.jit(fn).lower(q0, qd0, params).compile()
+    final = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
+    return program, time.perf_counter() - start, final
+
+
+def _timed_run(program, q0, qd0, params):
+    """(wall seconds, CPU seconds of every thread of this process) of one run of ``program``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(program(q0, qd0, params))
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
 def _user_measurements_in_process(args, batch, steps, q0, qd0):
     """Every (solver, contender) of :func:`user_contenders` compiled in this process, then ``--rounds``
     rounds each running every contender once (order alternating between rounds)."""
     compiled, out = {}, {}
     for solver in args.solvers:
         for name, (fn, params) in user_contenders(args.dt, steps, solver).items():
-            start = time.perf_counter()
-            program = jax.jit(fn).lower(q0, qd0, params).compile()
-            final = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
+            program, compile_s, final = _compile_and_run_once(fn, q0, qd0, params)
             compiled[(solver, name)] = (program, params)
-            out[(solver, name)] = {"compile_s": [time.perf_counter() - start], "times": [], "final": final}
+            out[(solver, name)] = {"compile_s": [compile_s], "times": [], "final": final}
     keys = list(compiled)
     for r in range(args.rounds):
         for key in keys if r % 2 == 0 else keys[::-1]:
             program, params = compiled[key]
-            start, cpu = time.perf_counter(), time.process_time()
-            jax.block_until_ready(program(q0, qd0, params))
-            out[key]["times"].append((time.perf_counter() - start, time.process_time() - cpu))
+            out[key]["times"].append(_timed_run(program, q0, qd0, params))
     return out
 
 
@@ -641,19 +651,12 @@ def _user_worker(args):
     base = scara.initial_state(scara.default_params())
     q0, qd0 = (jnp.asarray(x) for x in scenarios(base, args.batch[0], args.seed, np.float64))
     fn, params = user_contenders(args.dt, steps, solver)[name]
-    start = time.perf_counter()
-    program = jax.jit(fn).lower(q0, qd0, params).compile()
-    final = np.asarray(jax.block_until_ready(program(q0, qd0, params))[0])
-    compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(args.runs_per_process):
-        start, cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(program(q0, qd0, params))
-        times.append((time.perf_counter() - start, time.process_time() - cpu))
+    program, compile_s, final = _compile_and_run_once(fn, q0, qd0, params)
+    times = [_timed_run(program, q0, qd0, params) for _ in range(args.runs_per_process)]
     Path(args.out).write_text(json.dumps({"compile_s": compile_s, "times": times, "final": final.tolist()}))
 
 
-def _user_measurements_isolated(args, batch, steps):
+def _user_measurements_isolated(args, batch):
     """Every (solver, contender) of :func:`user_contenders` in its own process, the processes interleaved:
     ``--rounds`` rounds each starting one process per contender (order alternating between rounds), each
     compiling and timing ``--runs-per-process`` runs. A process that does not finish in ``--timeout-s`` is
@@ -662,7 +665,13 @@ def _user_measurements_isolated(args, batch, steps):
     forever (jaxlib 0.10's ParallelBatchMap; ``benchmarks/lapack_batch_deadlock.py``)."""
     keys = [(solver, name) for solver in args.solvers for name in USER_CONTENDERS]
     out = {key: {"compile_s": [], "times": [], "final": None, "hung": 0} for key in keys}
-    scratch = Path(tempfile.mkdtemp(prefix="throughput-user-"))
+    with tempfile.TemporaryDirectory(prefix="throughput-user-") as folder:
+        _run_isolated_rounds(args, batch, keys, out, Path(folder))
+    return out
+
+
+def _run_isolated_rounds(args, batch, keys, out, scratch):
+    """The rounds of :func:`_user_measurements_isolated`, each process writing its JSON into ``scratch``."""
     for r in range(args.rounds):
         for key in keys if r % 2 == 0 else keys[::-1]:
             part = scratch / f"{key[0]}-{key[1]}-{r}.json"
@@ -685,8 +694,6 @@ def _user_measurements_isolated(args, batch, steps):
             out[key]["compile_s"].append(done["compile_s"])
             out[key]["times"] += [tuple(t) for t in done["times"]]
             out[key]["final"] = np.asarray(done["final"])
-    shutil.rmtree(scratch, ignore_errors=True)
-    return out
 
 
 def bench_user(args):
@@ -701,7 +708,7 @@ def bench_user(args):
     rows = []
     for batch in args.batch:
         if args.isolate:
-            measured = _user_measurements_isolated(args, batch, steps)
+            measured = _user_measurements_isolated(args, batch)
         else:
             q0, qd0 = (jnp.asarray(x) for x in scenarios(base, batch, args.seed, np.float64))
             measured = _user_measurements_in_process(args, batch, steps, q0, qd0)

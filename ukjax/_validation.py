@@ -409,7 +409,7 @@ def _start_values(system, q0, qd0, t0, params):
     per system and shapes: a later simulation of the same system reuses it instead of tracing every model
     function again (a multibody system's functions take a second to trace) and evaluating φ and M
     operation by operation."""
-    _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
+    M = _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
     _call("force", "force(q, qd, t, p)", system.given_force, q0, qd0, t0, params)
     if system.nonideal is not None:
         _call("nonideal", "nonideal(q, qd, t, p)", system.nonideal_vector, q0, qd0, t0, params)
@@ -432,4 +432,4 @@ def _start_values(system, q0, qd0, t0, params):
                 _call(label, signature, functools.partial(form, retract=system.retract), q0, qd0, t0, params)
             if hasattr(constraint, "phi"):
                 phis.append((label, constraint.value(q0, t0, params)))
-    return phis, system.mass_matrix(q0, t0, params)
+    return phis, M

@@ -100,6 +100,12 @@ def _time_like(t, q):
     return jnp.asarray(t, dtype=jnp.result_type(q))
 
 
+def _time_argument(t, q):
+    """t given as a Python number as a floating array (q's precision), so that a compiled program takes a new
+    time as a new argument value instead of compiling again; an array t as it is."""
+    return jnp.asarray(t, jnp.result_type(float, q)) if isinstance(t, (int, float)) else t
+
+
 def _origin(q, qd):
     """δ = 0 of the chart at q: zeros of the velocity's shape."""
     return jnp.zeros(jnp.shape(qd), jnp.result_type(q, qd))

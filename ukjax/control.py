@@ -51,7 +51,7 @@ import jax.numpy as jnp
 
 from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
 from ukjax._validation import coordinate_indices
-from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic
+from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic, _time_argument
 from ukjax.dynamics import uk_acceleration
 from ukjax.linalg import matrix_rank, pinv
 
@@ -281,9 +281,7 @@ def closed_loop_acceleration(
     when False).
     """
     system.check_state(q, qd)
-    if isinstance(t, (int, float)):
-        t = jnp.asarray(t, jnp.result_type(float, q))
-    return _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol)
+    return _closed_loop_acceleration(system, q, qd, _time_argument(t, q), p, s, method, rtol)
 
 
 @eqx.filter_jit

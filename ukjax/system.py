@@ -50,6 +50,7 @@ from ukjax.constraints import (
     Baumgarte,
     Holonomic,
     Nonholonomic,
+    _time_argument,
     second_order_blocks,
     stack_blocks,
 )
@@ -580,10 +581,7 @@ class System(eqx.Module):
         # One program per system, shapes and options (an inner jit when traced): the right-hand side is
         # traced once, not once per Runge-Kutta stage, saved time and derivative pass; on concrete arrays
         # it is one compiled call instead of JAX's op-by-op dispatch of the solve's few hundred operations.
-        # t as an array, so that a new time does not compile again.
-        if isinstance(t, (int, float)):
-            t = jnp.asarray(t, jnp.result_type(float, q))
-        return _compiled_motion(self, q, qd, t, p, method, solver, rtol, force)
+        return _compiled_motion(self, q, qd, _time_argument(t, q), p, method, solver, rtol, force)
 
     def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
