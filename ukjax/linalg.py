@@ -488,6 +488,14 @@ def _pinv(impl, A, rtol):
     return _guarded(impl, A, rtol)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _inverse_program(impl, A, rtol, symmetrize=False):
+    """``_pinv(impl, A, rtol)``, of (A + Aᵀ)/2 with ``symmetrize``, as one compiled program per method and
+    shapes (a nested jit inside traced code). Called on concrete arrays, op-by-op dispatch would compile
+    every ``fori_loop`` of the factorization again at every call (a new loop body each time, ~0.15 s)."""
+    return _pinv(impl, (A + A.T) / 2 if symmetrize else A, rtol)
+
+
 @_pinv.defjvp
 def _pinv_jvp(impl, primals, tangents):
     (A, rtol), (dA, _) = primals, tangents
@@ -514,7 +522,7 @@ def pinv(A, method: str = "svd", rtol=None):
     check_rtol(rtol, "pinv")
     if A.size == 0:
         return jnp.zeros(A.shape[::-1], A.dtype)
-    return _pinv(_IMPLEMENTATIONS[method], A, _rtol_array(rtol, A, method))
+    return _inverse_program(_IMPLEMENTATIONS[method], A, _rtol_array(rtol, A, method))
 
 
 def matrix_rank(A, rtol=None):
@@ -525,8 +533,12 @@ def matrix_rank(A, rtol=None):
     """
     A = _check_matrix(A, "matrix_rank")
     check_rtol(rtol, "matrix_rank")
+    return _matrix_rank(A, _rtol_array(rtol, A))
+
+
+@jax.jit
+def _matrix_rank(A, rtol):
     A0, finite = _finite_or_zero(A)
-    rtol = _rtol_array(rtol, A)
     s = jnp.linalg.svd(A0, compute_uv=False)
     rank = jnp.sum(s > rtol * jnp.max(s, initial=0.0))
     return jnp.where(finite & (rtol >= 0), rank, -1)
@@ -651,12 +663,15 @@ def cholesky(M):
     ``jnp.linalg.cholesky`` does.
     """
     M = _check_matrix(M, "cholesky", square=True)
-    M = (M + M.T) / 2
     if M.shape[0] == 0:
         return M
-    if M.shape[0] > _UNROLL_MAX:
-        return _cholesky_loop(M)
-    return _stack(_cholesky_entries(_entries(M)))
+    return _cholesky(M, M.shape[0] <= _UNROLL_MAX)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cholesky(M, unrolled):
+    M = (M + M.T) / 2
+    return _stack(_cholesky_entries(_entries(M))) if unrolled else _cholesky_loop(M)
 
 
 def cho_solve(L, B):
@@ -673,10 +688,16 @@ def cho_solve(L, B):
                          f"got {B.shape}")
     if n == 0:
         return B.astype(jnp.result_type(L, B))
-    if n > _UNROLL_MAX:
-        every = jnp.ones(n, bool)
-        return _solve_upper(L.T, _solve_lower(L, B.astype(jnp.result_type(L, B)), every), every)
-    return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
+    return _cho_solve(L, B.astype(jnp.result_type(L, B)), n <= _UNROLL_MAX)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _cho_solve(L, B, unrolled):
+    n = L.shape[0]
+    if unrolled:
+        return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
+    every = jnp.ones(n, bool)
+    return _solve_upper(L.T, _solve_lower(L, B, every), every)
 
 
 def _triangular_rhs(L, B, where):
@@ -692,24 +713,25 @@ def solve_lower(L, B):
     """L⁻¹B for the Cholesky factor L of :func:`cholesky` (forward substitution; B is (n,) or (n, k)):
     half of :func:`cho_solve`, unrolled for n ≤ 8, a ``fori_loop`` above, no LAPACK call."""
     L, B = _triangular_rhs(L, B, "solve_lower")
-    n = L.shape[0]
-    if n == 0:
-        return B
-    if n > _UNROLL_MAX:
-        return _solve_lower(L, B, jnp.ones(n, bool))
-    return jnp.stack(_forward_entries(_entries(L), [B[i] for i in range(n)]))
+    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, False)
 
 
 def solve_lower_t(L, B):
     """L⁻ᵀB for the Cholesky factor L of :func:`cholesky` (back substitution; B is (n,) or (n, k)):
     ``cho_solve(L, B) = solve_lower_t(L, solve_lower(L, B))``."""
     L, B = _triangular_rhs(L, B, "solve_lower_t")
+    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, True)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _substitution(L, B, unrolled, transposed):
+    """L⁻¹B (forward substitution) or, ``transposed``, L⁻ᵀB (back substitution)."""
     n = L.shape[0]
-    if n == 0:
-        return B
-    if n > _UNROLL_MAX:
-        return _solve_upper(L.T, B, jnp.ones(n, bool))
-    return jnp.stack(_back_entries(_entries(L), [B[i] for i in range(n)]))
+    if not unrolled:
+        every = jnp.ones(n, bool)
+        return _solve_upper(L.T, B, every) if transposed else _solve_lower(L, B, every)
+    entries = _back_entries if transposed else _forward_entries
+    return jnp.stack(entries(_entries(L), [B[i] for i in range(n)]))
 
 
 def gram(W):
@@ -842,10 +864,15 @@ def _sweep_loop(G, cutoff):
     return _loop(m, body, (G, jnp.ones(m, bool), jnp.array(True)))[0]
 
 
-def _psd_ginv_ldl(G, rtol):
+@functools.partial(jax.jit, static_argnums=2)
+def _psd_ginv_program(G, rtol, unrolled):
+    return _guarded(functools.partial(_psd_ginv_ldl, unrolled=unrolled), (G + G.T) / 2, rtol)
+
+
+def _psd_ginv_ldl(G, rtol, unrolled):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
-    if m <= _UNROLL_MAX:
+    if unrolled:
         A = _sweep_entries(_entries(G), cutoff)
         return -_stack([[A[max(i, k)][min(i, k)] for k in range(m)] for i in range(m)])
     return -_sweep_loop(G, cutoff)
@@ -887,8 +914,7 @@ def psd_ginv(G, rtol=None):
     check_rtol(rtol, "psd_ginv")
     if G.size == 0:
         return G
-    G = (G + G.T) / 2
-    return _guarded(_psd_ginv_ldl, G, jax.lax.stop_gradient(_rtol_array(rtol, G)))
+    return _psd_ginv_program(G, jax.lax.stop_gradient(_rtol_array(rtol, G)), G.shape[0] <= _UNROLL_MAX)
 
 
 def psd_pinv(G, rtol=None):
@@ -912,5 +938,4 @@ def psd_pinv(G, rtol=None):
     check_rtol(rtol, "psd_pinv")
     if G.size == 0:
         return G
-    G = (G + G.T) / 2
-    return _pinv(_psd_pinv_cholesky, G, _rtol_array(rtol, G))
+    return _inverse_program(_psd_pinv_cholesky, G, _rtol_array(rtol, G), True)
