@@ -15,6 +15,7 @@ motion back).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -22,6 +23,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+try:
+    from jax._src.config import eager_constant_folding as _EAGER_CONSTANT_FOLDING
+except ImportError:  # a JAX without the switch: see _staged_as_usual
+    _EAGER_CONSTANT_FOLDING = None
 
 SYMMETRY_RTOL = 1e-10
 """M at the initial state counts as symmetric when max|M - Mᵀ| <= SYMMETRY_RTOL max|M| (as ukjax._checks)."""
@@ -402,6 +408,16 @@ def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) 
         )
 
 
+def _staged_as_usual():
+    """A context in which JAX stages every operation of a traced function, as it does outside
+    ``jax.ensure_compile_time_eval``. The start-of-simulation checks are called in that context (so that they
+    run eagerly inside a user's ``jit``), but inside it JAX also evaluates, while tracing, every operation
+    whose inputs are constants (the basis vectors of ``jax.jacfwd``, iotas, ...), each compiled on its own:
+    ~390 single-operation compilations over the test suite. JAX's switch for this is not public
+    (``jax._src.config.eager_constant_folding``); without it the checks still run, only slower to trace."""
+    return contextlib.nullcontext() if _EAGER_CONSTANT_FOLDING is None else _EAGER_CONSTANT_FOLDING(False)
+
+
 @eqx.filter_jit
 def _start_values(system, q0, qd0, t0, params):
     """((label, φ) of every holonomic constraint, M) at the initial state, from one program that calls every
@@ -409,6 +425,11 @@ def _start_values(system, q0, qd0, t0, params):
     per system and shapes: a later simulation of the same system reuses it instead of tracing every model
     function again (a multibody system's functions take a second to trace) and evaluating φ and M
     operation by operation."""
+    with _staged_as_usual():
+        return _start_values_traced(system, q0, qd0, t0, params)
+
+
+def _start_values_traced(system, q0, qd0, t0, params):
     M = _call("mass", "mass(q, t, p)", system.mass_matrix, q0, t0, params)
     _call("force", "force(q, qd, t, p)", system.given_force, q0, qd0, t0, params)
     if system.nonideal is not None:

@@ -350,12 +350,23 @@ def consistent_state(
                 f"consistent_state: coordinates {sorted(pinned & both)} are listed in fixed (position and "
                 f"rate) and again in {name}; list each coordinate once"
             )
-    free_q = jnp.asarray([i for i in range(system.n) if i not in both | positions], dtype=int)
-    free_qd = jnp.asarray([i for i in range(system.n) if i not in both | rates], dtype=int)
+    free_q = tuple(i for i in range(system.n) if i not in both | positions)
+    free_qd = tuple(i for i in range(system.n) if i not in both | rates)
     constraints = tuple(system.constraints) + (tuple(system.servo_constraints) if servo else ())
     view = dataclasses.replace(system, constraints=constraints, servo_constraints=())
-    position = lambda q: view.residuals(q, qd_guess, t, p)[0]
-    velocity = lambda qd, q: view.residuals(q, qd, t, p)[1]
+    q_guess, qd_guess = jnp.asarray(q_guess), jnp.asarray(qd_guess)
+    return _newton_to_the_manifold(view, q_guess, qd_guess, _time_argument(t, q_guess), p, free_q, free_qd,
+                                   iterations)
+
+
+@eqx.filter_jit
+def _newton_to_the_manifold(system, q_guess, qd_guess, t, p, free_q, free_qd, iterations):
+    """The Gauss-Newton iterations of :func:`consistent_state` (``system``'s constraints are the ones to
+    meet), one compiled program per system, shapes and pins: a second call reuses it, where op-by-op
+    dispatch compiled both loops again (new loop bodies) at every call."""
+    free_q, free_qd = jnp.asarray(free_q, dtype=int), jnp.asarray(free_qd, dtype=int)
+    position = lambda q: system.residuals(q, qd_guess, t, p)[0]
+    velocity = lambda qd, q: system.residuals(q, qd, t, p)[1]
     add = lambda x, d: x + d
     # On a configuration manifold q moves through the chart, q ⊕ δ, and back onto the manifold.
     move = add if system.retract is None else (lambda x, d: system.project(system.retract(x, d)))
