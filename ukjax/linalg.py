@@ -86,6 +86,11 @@ PINV_METHODS = ("svd", "greville", "householder", "mgs", "varga")
 _UNROLL_MAX = 8
 # Largest dimension for which small_matmul unrolls the product (measured: see small_matmul).
 SMALL_MATMUL_MAX = 8
+# From this size on the unrolled psd_ginv reads G from its own buffer (materialize): each of the m sweeps'
+# kernels otherwise recomputes G and its producers. Measured (2-core CPU, legacy emitters): the Jansen leg
+# (m = 7, G from the articulated-body solve) compiled its UK solve in 1.8 s instead of 3.5 s (HLO 47k -> 22k
+# lines) and ran 4 % faster; the SCARA (m = 4, G from a 4 x 4 forward substitution) ran 6 % slower with it.
+_MATERIALIZE_GRAM_FROM = 6
 
 
 # Default rank tolerance per method, in units of max(m, n) eps (see the module docstring, "Rank decision").
@@ -565,7 +570,8 @@ def materialize(x):
     chosen when the program is lowered, ``jax.lax.platform_dependent``) it is the plain identity: their
     fusion has not been measured with it.
 
-    :func:`cho_solve` materializes its solution and :func:`psd_ginv` each sweep's pivot column; the SCARA
+    :func:`cho_solve` materializes its solution and :func:`psd_ginv` each sweep's pivot column (and G itself
+    from m = 6 on); the SCARA
     model its sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4,
     batch 1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320
     ns per evaluation. Use it in a model for a value that many entries share.
@@ -873,7 +879,7 @@ def _psd_ginv_ldl(G, rtol, unrolled):
     m = G.shape[0]
     cutoff = rtol * functools.reduce(jnp.maximum, [G[i, i] for i in range(m)])
     if unrolled:
-        A = _sweep_entries(_entries(G), cutoff)
+        A = _sweep_entries(_entries(materialize(G) if m >= _MATERIALIZE_GRAM_FROM else G), cutoff)
         return -_stack([[A[max(i, k)][min(i, k)] for k in range(m)] for i in range(m)])
     return -_sweep_loop(G, cutoff)
 
