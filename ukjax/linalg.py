@@ -571,9 +571,10 @@ def materialize(x):
     fusion has not been measured with it.
 
     :func:`cho_solve` materializes its solution and :func:`psd_ginv` each sweep's pivot column (and G itself
-    from m = 6 on); the SCARA model its sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA right-hand side (n = m = 4,
-    batch 1024, CPU seconds on one core of the 2-core CPU, ``benchmarks/throughput.py --profile``): 528 → 320
-    ns per evaluation. Use it in a model for a value that many entries share.
+    from m = 6 on); the SCARA model its sines and cosines (:mod:`ukjax.models.scara`). Measured on the SCARA
+    right-hand side (n = m = 4, batch 1024, CPU seconds on one core of the 2-core CPU,
+    ``benchmarks/throughput.py --profile``): 528 → 320 ns per evaluation. Use it in a model for a value that
+    many entries share.
     """
     return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
 
