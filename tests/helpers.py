@@ -54,21 +54,38 @@ def central_difference(f, x, direction, eps=1e-6):
     return (f(x + eps * direction) - f(x - eps * direction)) / (2 * eps)
 
 
+def _generator(key):
+    """NumPy's generator seeded by the bits of a JAX key (``jax.random.PRNGKey``, ``split``, ``fold_in``)."""
+    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def random_normal(key, shape, dtype=jnp.float64):
+    """Standard-normal test data for ``key``, drawn by NumPy: ``jax.random.normal`` compiles a program per
+    shape and dtype (~0.25 s each, again after every test module releases its programs; ~25 s of the suite's
+    CPU time went to them)."""
+    return jnp.asarray(_generator(key).normal(size=shape), dtype)
+
+
+def random_uniform(key, shape, dtype=jnp.float64, minval=0.0, maxval=1.0):
+    """Uniform test data on [minval, maxval) for ``key``, drawn by NumPy (see :func:`random_normal`)."""
+    return jnp.asarray(_generator(key).uniform(minval, maxval, size=shape), dtype)
+
+
 def random_matrix(key, m, n, rank=None, dtype=jnp.float64):
     """A random m x n matrix of the given rank (full rank by default), singular values in [0.5, 2]."""
     rank = min(m, n) if rank is None else rank
     k1, k2, k3 = jax.random.split(key, 3)
     if rank == 0:
         return jnp.zeros((m, n), dtype)
-    u, _ = jnp.linalg.qr(jax.random.normal(k1, (m, rank), dtype))
-    v, _ = jnp.linalg.qr(jax.random.normal(k2, (n, rank), dtype))
-    s = jax.random.uniform(k3, (rank,), dtype, 0.5, 2.0)
+    u, _ = jnp.linalg.qr(random_normal(k1, (m, rank), dtype))
+    v, _ = jnp.linalg.qr(random_normal(k2, (n, rank), dtype))
+    s = random_uniform(k3, (rank,), dtype, 0.5, 2.0)
     return (u * s) @ v.T
 
 
 def random_spd(key, n, cond=10.0, dtype=jnp.float64):
     """A random symmetric positive-definite n x n matrix with condition number ``cond``."""
-    q, _ = jnp.linalg.qr(jax.random.normal(key, (n, n), dtype))
+    q, _ = jnp.linalg.qr(random_normal(key, (n, n), dtype))
     eig = jnp.geomspace(1.0, cond, n).astype(dtype)
     return (q * eig) @ q.T
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, random_matrix, random_spd
+from helpers import assert_tree_allclose, random_matrix, random_normal, random_spd
 
 from ukjax import _checks
 from ukjax import dynamics as dyn
@@ -15,10 +15,10 @@ from ukjax import dynamics as dyn
 # shared when the suite runs in one process.
 _k = jax.random.split(jax.random.PRNGKey(21), 4)
 M6 = random_spd(_k[0], 6, 20.0)
-Q6 = jax.random.normal(_k[1], (6,))
+Q6 = random_normal(_k[1], (6,))
 A46 = random_matrix(_k[2], 4, 6, 3)
 B4 = A46 @ jnp.arange(1.0, 7.0)
-C6 = jax.random.normal(_k[3], (6,))
+C6 = random_normal(_k[3], (6,))
 INDEFINITE = jnp.diag(jnp.array([1.0, -1.0, 2.0, 1.0, 1.0, 1.0]))
 ASYMMETRIC = M6.at[0, 1].add(0.1)
 

@@ -8,7 +8,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import assert_tree_allclose, random_matrix, random_spd
+from helpers import assert_tree_allclose, random_matrix, random_normal, random_spd
 
 from ukjax import dynamics, simulation
 from ukjax.constraints import Holonomic
@@ -79,24 +79,24 @@ def _problem(key, n, m, rank, consistent, nonideal):
     k = jax.random.split(key, 6)
     M = random_spd(k[0], n, cond=20.0)
     A = random_matrix(k[1], m, n, rank)
-    b = A @ jax.random.normal(k[2], (n,)) if consistent else jax.random.normal(k[2], (m,))
-    c = jax.random.normal(k[3], (n,)) if nonideal else None
-    return M, jax.random.normal(k[4], (n,)), A, b, c
+    b = A @ random_normal(k[2], (n,)) if consistent else random_normal(k[2], (m,))
+    c = random_normal(k[3], (n,)) if nonideal else None
+    return M, random_normal(k[4], (n,)), A, b, c
 
 
 def _tangents(key, M, Q, A, b, c, rank, keep_consistent=False):
     k = jax.random.split(key, 5)
-    dM = jax.random.normal(k[0], M.shape)
-    dA = jax.random.normal(k[2], A.shape)
-    db = jax.random.normal(k[3], b.shape)
+    dM = random_normal(k[0], M.shape)
+    dA = random_normal(k[2], A.shape)
+    db = random_normal(k[3], b.shape)
     if rank < min(A.shape):
         # along a constant-rank curve: the derivative of a generalized inverse exists only there
         u, _, vt = jnp.linalg.svd(A)
-        dA = u[:, :rank] @ jax.random.normal(k[2], (rank, rank)) @ vt[:rank]
+        dA = u[:, :rank] @ random_normal(k[2], (rank, rank)) @ vt[:rank]
         if keep_consistent:  # range(A + s dA) = range(u_r): b + s db stays in it
             db = u[:, :rank] @ (u[:, :rank].T @ db)
-    dc = None if c is None else jax.random.normal(k[4], c.shape)
-    return dM + dM.T, jax.random.normal(k[1], Q.shape), dA, db, dc
+    dc = None if c is None else random_normal(k[4], c.shape)
+    return dM + dM.T, random_normal(k[1], Q.shape), dA, db, dc
 
 
 CASES = [  # (n, m, rank, consistent b, non-ideal c): full rank, rank-deficient, redundant rows, inconsistent

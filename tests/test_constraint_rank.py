@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import central_difference, random_matrix
+from helpers import central_difference, random_matrix, random_normal
 
 import ukjax
 from ukjax import dynamics
@@ -31,7 +31,7 @@ def test_compress_rows_keeps_the_row_space_and_the_solutions(m, n, rank, declare
     A = random_matrix(key, m, n, rank=rank)
     if shape == "leading":
         A = A.at[:, 0].set(0.0).at[:, 1].set(A[:, 2])
-    x0 = jax.random.normal(jax.random.PRNGKey(1), (n,), A.dtype)
+    x0 = random_normal(jax.random.PRNGKey(1), (n,), A.dtype)
     b = A @ x0  # consistent
     A_r, b_r = jax.jit(dynamics.compress_rows, static_argnums=2)(A, b, declared)
     assert A_r.shape == (min(m, n, declared), n) and b_r.shape == (min(m, n, declared),)
@@ -43,7 +43,7 @@ def test_compress_rows_keeps_the_row_space_and_the_solutions(m, n, rank, declare
     np.testing.assert_allclose(s_r[rank:], 0.0, atol=1e-12)
     np.testing.assert_allclose(A_r_np @ np.asarray(x0), np.asarray(b_r), atol=1e-12)
     # inconsistent b: the same least-squares solutions (minimum-norm one compared)
-    b_bad = jax.random.normal(jax.random.PRNGKey(2), (m,), A.dtype)
+    b_bad = random_normal(jax.random.PRNGKey(2), (m,), A.dtype)
     A_r, b_r = dynamics.compress_rows(A, b_bad, declared)
     expected = np.linalg.lstsq(A_np, np.asarray(b_bad), rcond=None)[0]
     np.testing.assert_allclose(np.linalg.pinv(np.asarray(A_r)) @ np.asarray(b_r), expected, atol=1e-11)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import assert_tree_allclose, central_difference, random_matrix, random_spd
+from helpers import assert_tree_allclose, central_difference, random_matrix, random_normal, random_spd
 
 from ukjax import control
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
@@ -77,7 +77,7 @@ def make_params(key, n_u):
 
 def make_state(key):
     k1, k2 = jax.random.split(key)
-    return jax.random.normal(k1, (N,)), jax.random.normal(k2, (N,)), jnp.asarray(0.7)
+    return random_normal(k1, (N,)), random_normal(k2, (N,)), jnp.asarray(0.7)
 
 
 def numpy_reference(system, q, qd, t, p):
@@ -187,7 +187,8 @@ def test_actuators_that_cannot_reach_the_servo_constraint():
 
 def test_jit_vmap_and_servo_residual():
     p = make_params(jax.random.key(11), 3)
-    qs, qds, ts = jax.vmap(make_state)(jax.random.split(jax.random.key(12), 3))
+    states = [make_state(key) for key in jax.random.split(jax.random.key(12), 3)]
+    qs, qds, ts = (jnp.stack(parts) for parts in zip(*states, strict=True))
     batch = jax.vmap(_closed_loop, in_axes=(0, 0, 0, None))(qs, qds, ts, p)
     u_b, res_b, ok_b = batch.u, batch.servo_residual, batch.feasible
     plain = control.servo_control(SYSTEM, qs[0], qds[0], ts[0], p)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose
+from helpers import assert_tree_allclose, random_normal, random_uniform
 
 import ukjax
 from ukjax import control
@@ -30,9 +30,9 @@ def _params_unequal():
 def _states(key, count=3):
     k1, k2, k3 = jax.random.split(key, 3)
     return (
-        jax.random.uniform(k1, (count, 5), minval=-3.0, maxval=3.0),
-        jax.random.normal(k2, (count, 5)),
-        jax.random.uniform(k3, (count,), maxval=6.0),
+        random_uniform(k1, (count, 5), minval=-3.0, maxval=3.0),
+        random_normal(k2, (count, 5)),
+        random_uniform(k3, (count,), maxval=6.0),
     )
 
 

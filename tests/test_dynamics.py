@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import assert_tree_allclose, central_difference, random_matrix, random_spd
+from helpers import assert_tree_allclose, central_difference, random_matrix, random_normal, random_spd
 
 from ukjax import dynamics as dyn
 from ukjax.linalg import PINV_METHODS
@@ -37,10 +37,10 @@ def make_problem(seed, n, m, rank, cond=30.0):
     A = random_matrix(k[2], m, n, rank)
     return (
         random_spd(k[0], n, cond),
-        jax.random.normal(k[1], (n,)),
+        random_normal(k[1], (n,)),
         A,
-        A @ jax.random.normal(k[3], (n,)),
-        jax.random.normal(k[4], (n,)),
+        A @ random_normal(k[3], (n,)),
+        random_normal(k[4], (n,)),
     )
 
 
@@ -174,8 +174,8 @@ def test_singular_mass_pendulum(theta, omega):
 def test_singular_mass_random(rank):
     """M = WᵀW of rank 4 in 6 coordinates; [M; A] has rank 6, so the constrained motion is unique."""
     k = jax.random.split(jax.random.PRNGKey(7), 4)
-    W = jax.random.normal(k[0], (4, 6))
-    M, Q, c = W.T @ W, jax.random.normal(k[1], (6,)), jax.random.normal(k[2], (6,))
+    W = random_normal(k[0], (4, 6))
+    M, Q, c = W.T @ W, random_normal(k[1], (6,)), random_normal(k[2], (6,))
     A = random_matrix(k[3], 4, 6, rank)
     b = A @ jnp.arange(1.0, 7.0)
     assert np.linalg.matrix_rank(np.vstack([M, A])) == 6
@@ -256,17 +256,17 @@ def test_constraint_consistency(consistent):
 # --- derivatives: every public function at rank-deficient A, against central differences -----------------
 _kg = jax.random.split(jax.random.PRNGKey(12), 12)
 GRAD_N, GRAD_M, GRAD_RANK = DEFICIENT
-C_FIXED = jax.random.normal(_kg[0], (GRAD_M, GRAD_RANK))  # A = C F keeps rank 3 under perturbations of F
-W_OUT = jax.random.normal(_kg[1], (GRAD_N,))
-W_LAM = jax.random.normal(_kg[2], (GRAD_M,))
+C_FIXED = random_normal(_kg[0], (GRAD_M, GRAD_RANK))  # A = C F keeps rank 3 under perturbations of F
+W_OUT = random_normal(_kg[1], (GRAD_N,))
+W_LAM = random_normal(_kg[2], (GRAD_M,))
 GRAD_PARAMS = {
     "M": jnp.diag(jnp.array([1.0, 1.0, 2.0, 2.0, 3.0, 3.0])),  # repeated eigenvalues, as diagonal masses have
-    "W": jax.random.normal(_kg[3], (4, GRAD_N)),  # singular mass WᵀW of rank 4
-    "Q": jax.random.normal(_kg[4], (GRAD_N,)),
-    "F": jax.random.normal(_kg[5], (GRAD_RANK, GRAD_N)),
-    "x": jax.random.normal(_kg[6], (GRAD_N,)),  # b = A x is consistent
-    "c": jax.random.normal(_kg[7], (GRAD_N,)),
-    "e": jax.random.normal(_kg[8], (GRAD_M,)),  # b + e is not
+    "W": random_normal(_kg[3], (4, GRAD_N)),  # singular mass WᵀW of rank 4
+    "Q": random_normal(_kg[4], (GRAD_N,)),
+    "F": random_normal(_kg[5], (GRAD_RANK, GRAD_N)),
+    "x": random_normal(_kg[6], (GRAD_N,)),  # b = A x is consistent
+    "c": random_normal(_kg[7], (GRAD_N,)),
+    "e": random_normal(_kg[8], (GRAD_M,)),  # b + e is not
     "rho": jnp.array(0.2),  # clearance covariance of the second block
 }
 
@@ -313,7 +313,7 @@ def test_gradient_matches_central_differences(key):
     leaves, tree = jax.tree_util.tree_flatten(GRAD_PARAMS)
     keys = jax.random.split(_kg[9], len(leaves))
     d = jax.tree_util.tree_unflatten(
-        tree, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
+        tree, [random_normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
     )
     d = {**d, "M": d["M"] + d["M"].T}
 

@@ -5,7 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_plain_jit_vmap_agree, assert_tree_allclose, central_difference
+from helpers import (
+    assert_plain_jit_vmap_agree,
+    assert_tree_allclose,
+    central_difference,
+    random_normal,
+    random_uniform,
+)
 
 import ukjax
 from ukjax import control
@@ -27,8 +33,8 @@ def _other_params():
 
 def _random_state(seed):
     key_q, key_v = jax.random.split(jax.random.PRNGKey(seed))
-    q = jax.random.uniform(key_q, (4,), jnp.float64, -2.0, 2.0)
-    return q, jax.random.normal(key_v, (4,), jnp.float64)
+    q = random_uniform(key_q, (4,), jnp.float64, -2.0, 2.0)
+    return q, random_normal(key_v, (4,), jnp.float64)
 
 
 def _kinetic(q, qd, t, p):
@@ -184,7 +190,7 @@ def test_gradients_match_central_differences():
     key = jax.random.PRNGKey(12)
     # eps = 1e-5: truncation ~eps² f''' and round-off ~1e-16 |f| / eps, both below 1e-6 relative here.
     for k, arg in enumerate((q, qd)):
-        direction = jax.random.normal(jax.random.fold_in(key, k), (4,), jnp.float64)
+        direction = random_normal(jax.random.fold_in(key, k), (4,), jnp.float64)
         args = [q, qd]
 
         def along(x, k=k, args=args):

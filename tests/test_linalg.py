@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference, random_matrix, random_spd
+from helpers import assert_tree_allclose, central_difference, random_matrix, random_normal, random_spd
 
 from ukjax import linalg
 from ukjax.linalg import (
@@ -73,8 +73,8 @@ def penrose_residuals(A, P):
 def rank_preserving_curve(m, n, r, seed):
     """t ↦ A(t) = (B + t dB)(C + t dC), of rank r for every t (B is m x r, C is r x n)."""
     kB, kC, kdB, kdC = jax.random.split(jax.random.PRNGKey(seed), 4)
-    B, C = jax.random.normal(kB, (m, r)), jax.random.normal(kC, (r, n))
-    dB, dC = jax.random.normal(kdB, (m, r)), jax.random.normal(kdC, (r, n))
+    B, C = random_normal(kB, (m, r)), random_normal(kC, (r, n))
+    dB, dC = random_normal(kdB, (m, r)), random_normal(kdC, (r, n))
     return lambda t: (B + t * dB) @ (C + t * dC)
 
 
@@ -189,7 +189,7 @@ def test_derivatives_match_finite_differences(method, rank):
     jvp = pinv_jvp(A, dA, rtol, method)
     assert np.all(np.isfinite(jvp))
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
-    W = jax.random.normal(jax.random.PRNGKey(7), (n, m))
+    W = random_normal(jax.random.PRNGKey(7), (n, m))
     grad = pinv_loss_grad(A, W, rtol, method)
     assert np.all(np.isfinite(grad))
     np.testing.assert_allclose(jnp.sum(grad * dA), jnp.sum(W * fd), rtol=1e-7)
@@ -201,7 +201,7 @@ def test_derivative_finite_at_zero_and_repeated_singular_values(method):
     differences, where differentiating V Σ⁻¹ Uᵀ through jnp.linalg.svd gives NaN (next test)."""
     m, n = SMALL
     rtol = jnp.asarray(default_rtol(SMALL, jnp.float64))
-    dA = jax.random.normal(jax.random.PRNGKey(8), (m, n))
+    dA = random_normal(jax.random.PRNGKey(8), (m, n))
     assert np.all(pinv_jvp(jnp.zeros((m, n)), dA, rtol, method) == 0)
     A = jnp.eye(m, n)
     fd = central_difference(lambda X: pinv_jit(X, rtol, method), A, dA)
@@ -218,7 +218,7 @@ def test_naive_svd_derivative_is_nan_where_ours_is_not():
         return (vt.T / s) @ u.T
 
     A = jnp.eye(*SMALL)
-    dA = jax.random.normal(jax.random.PRNGKey(9), SMALL)
+    dA = random_normal(jax.random.PRNGKey(9), SMALL)
     fd = central_difference(naive, A, dA)
     assert np.any(np.isnan(jax.jvp(naive, (A,), (dA,))[1]))
     ours = jax.jvp(pinv, (A,), (dA,))[1]
@@ -378,8 +378,8 @@ def test_psd_ginv_closed_forms_derivative_and_bad_input():
     assert_tree_allclose(psd_ginv(jnp.zeros((3, 3))), np.zeros((3, 3)), rtol=0, atol=0)
     ones = jnp.ones((5, 5))
     assert_tree_allclose(ones @ psd_ginv(ones) @ ones, ones, rtol=0, atol=1e-14)
-    B = jax.random.normal(jax.random.PRNGKey(11), (5, 2))
-    dB = jax.random.normal(jax.random.PRNGKey(12), (5, 2))
+    B = random_normal(jax.random.PRNGKey(11), (5, 2))
+    dB = random_normal(jax.random.PRNGKey(12), (5, 2))
     f = jax.jit(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
     fd = central_difference(f, 0.0, 1.0)
     jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
@@ -436,13 +436,13 @@ def test_psd_ginv_derivative_at_rank_deficient_loop_path():
 
 def test_psd_pinv_derivative_and_non_finite():
     """Rank-deficient G = B Bᵀ moved along B + t dB (rank kept): jvp and grad vs central FD (as for pinv)."""
-    B = jax.random.normal(jax.random.PRNGKey(11), (5, 2))
-    dB = jax.random.normal(jax.random.PRNGKey(12), (5, 2))
+    B = random_normal(jax.random.PRNGKey(11), (5, 2))
+    dB = random_normal(jax.random.PRNGKey(12), (5, 2))
     f = jax.jit(lambda t: psd_pinv((B + t * dB) @ (B + t * dB).T))
     fd = central_difference(f, 0.0, 1.0)
     jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
-    W = jax.random.normal(jax.random.PRNGKey(13), (5, 5))
+    W = random_normal(jax.random.PRNGKey(13), (5, 5))
     grad = jax.jit(jax.grad(lambda t: jnp.sum(W * f(t))))(0.0)
     np.testing.assert_allclose(grad, jnp.sum(W * fd), rtol=1e-7)
     assert np.all(np.isnan(psd_pinv(jnp.eye(3).at[0, 0].set(jnp.nan))))
@@ -454,7 +454,7 @@ def test_cholesky_and_cho_solve(n):
     plain, jit, vmap; gradient of a solve vs FD along a symmetric direction (1e-7, FD error as above)."""
     keys = jax.random.split(jax.random.PRNGKey(20 + n), 3)
     Ms = jnp.stack([random_spd(k, n, cond=100.0) for k in keys])
-    B = jax.random.normal(jax.random.PRNGKey(30), (n, 2))
+    B = random_normal(jax.random.PRNGKey(30), (n, 2))
 
     solve = jax.jit(jax.vmap(lambda M: cho_solve(cholesky(M), B)))
     X = solve(Ms)
@@ -463,7 +463,7 @@ def test_cholesky_and_cho_solve(n):
         assert_tree_allclose(Xi, np.linalg.solve(np.asarray(M), np.asarray(B)), rtol=0, atol=1e-11)
         assert_tree_allclose(cho_solve(cholesky(M), B[:, 0]), Xi[:, 0], rtol=1e-13, atol=1e-13)
 
-    dM = jax.random.normal(jax.random.PRNGKey(31), (n, n))
+    dM = random_normal(jax.random.PRNGKey(31), (n, n))
     dM = dM + dM.T
     loss = jax.jit(lambda M: jnp.sum(cho_solve(cholesky(M), B) ** 2))
     grad = jax.jit(jax.grad(loss))(Ms[0])
@@ -480,7 +480,7 @@ def test_small_matmul_matches_numpy(a_shape, b_shape):
     """vs NumPy's a @ b to 1e-14 (a few eps for sums of ≤ 4 products of O(1) numbers); plain, jit, vmap;
     gradient vs FD (1e-8: the product is bilinear, so FD has only round-off error ~ eps/1e-6)."""
     ka, kb = jax.random.split(jax.random.PRNGKey(sum(a_shape) + 10 * len(b_shape)))
-    a, b = jax.random.normal(ka, (3, *a_shape)), jax.random.normal(kb, (3, *b_shape))
+    a, b = random_normal(ka, (3, *a_shape)), random_normal(kb, (3, *b_shape))
     expected = np.asarray(a[0]) @ np.asarray(b[0])
     assert_tree_allclose(small_matmul(a[0], b[0]), expected, rtol=1e-14, atol=1e-14)
     assert_tree_allclose(jax.jit(small_matmul)(a[0], b[0]), expected, rtol=1e-14, atol=1e-14)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference
+from helpers import assert_tree_allclose, central_difference, random_normal, random_uniform
 
 from ukjax.models import scara
 
@@ -15,9 +15,9 @@ HAND = scara.system()
 LAGRANGE = scara.system(lagrangian=True)
 KEY = jax.random.PRNGKey(1)
 STATES = (
-    jax.random.uniform(jax.random.fold_in(KEY, 0), (6, 4), jnp.float64, -math.pi, math.pi),
-    jax.random.normal(jax.random.fold_in(KEY, 1), (6, 4), jnp.float64),
-    jax.random.uniform(jax.random.fold_in(KEY, 2), (6,), jnp.float64, 0.0, 20.0),
+    random_uniform(jax.random.fold_in(KEY, 0), (6, 4), jnp.float64, -math.pi, math.pi),
+    random_normal(jax.random.fold_in(KEY, 1), (6, 4), jnp.float64),
+    random_uniform(jax.random.fold_in(KEY, 2), (6,), jnp.float64, 0.0, 20.0),
 )
 
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_tree_allclose, central_difference
+from helpers import assert_tree_allclose, central_difference, random_normal, random_uniform
 
 import ukjax
 from ukjax.models import spiral
@@ -16,13 +16,13 @@ SYSTEM = spiral.system()
 KEY = jax.random.PRNGKey(2)
 Q = jnp.stack(
     [
-        jax.random.uniform(jax.random.fold_in(KEY, 0), (5,), jnp.float64, 0.5, 20.0),
-        jax.random.uniform(jax.random.fold_in(KEY, 1), (5,), jnp.float64, -5.0, 30.0),
+        random_uniform(jax.random.fold_in(KEY, 0), (5,), jnp.float64, 0.5, 20.0),
+        random_uniform(jax.random.fold_in(KEY, 1), (5,), jnp.float64, -5.0, 30.0),
     ],
     axis=1,
 )
-QD = jax.random.normal(jax.random.fold_in(KEY, 2), (5, 2), jnp.float64)
-TS = jax.random.uniform(jax.random.fold_in(KEY, 3), (5,), jnp.float64, 0.0, 30.0)
+QD = random_normal(jax.random.fold_in(KEY, 2), (5, 2), jnp.float64)
+TS = random_uniform(jax.random.fold_in(KEY, 3), (5,), jnp.float64, 0.0, 30.0)
 
 
 def test_lagrangian_dynamics_equal_eq51():

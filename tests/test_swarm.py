@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_plain_jit_vmap_agree, assert_tree_allclose, central_difference
+from helpers import assert_plain_jit_vmap_agree, assert_tree_allclose, central_difference, random_normal
 
 import ukjax
 from ukjax.models import swarm
@@ -19,8 +19,8 @@ ACCELERATION_JIT = jax.jit(SYSTEM.acceleration)
 
 def _random_state(seed):
     key_q, key_v = jax.random.split(jax.random.PRNGKey(seed))
-    q = jnp.asarray(swarm.INITIAL_POSITIONS.reshape(-1)) + 0.5 * jax.random.normal(key_q, (10,), jnp.float64)
-    return q, jax.random.normal(key_v, (10,), jnp.float64)
+    q = jnp.asarray(swarm.INITIAL_POSITIONS.reshape(-1)) + 0.5 * random_normal(key_q, (10,), jnp.float64)
+    return q, random_normal(key_v, (10,), jnp.float64)
 
 
 def _eq61_numpy(q, p):
@@ -136,7 +136,7 @@ def test_plain_jit_vmap_agree():
 def test_gradients_match_central_differences():
     q, qd = _random_state(4)
     grads = jax.jit(jax.grad(_probe, argnums=(0, 2)))(q, qd, PARAMS)
-    direction = jax.random.normal(jax.random.PRNGKey(9), (10,), jnp.float64)
+    direction = random_normal(jax.random.PRNGKey(9), (10,), jnp.float64)
     fd = central_difference(lambda x: PROBE_JIT(x, qd, PARAMS), q, direction, eps=1e-5)
     # Central differences with eps = 1e-5 on a smooth function of O(1e3): truncation ~eps² f''' and round-off
     # ~1e-16 |f| / eps, both below 1e-6 relative.
