@@ -72,22 +72,21 @@ def random_uniform(key, shape, dtype=jnp.float64, minval=0.0, maxval=1.0):
 
 
 def random_matrix(key, m, n, rank=None, dtype=jnp.float64):
-    """A random m x n matrix of the given rank (full rank by default), singular values in [0.5, 2]."""
+    """A random m x n matrix of the given rank (full rank by default), singular values in [0.5, 2]; built in
+    NumPy float64 (no compiled program per shape), then cast to ``dtype``."""
     rank = min(m, n) if rank is None else rank
-    k1, k2, k3 = jax.random.split(key, 3)
     if rank == 0:
         return jnp.zeros((m, n), dtype)
-    u, _ = jnp.linalg.qr(random_normal(k1, (m, rank), dtype))
-    v, _ = jnp.linalg.qr(random_normal(k2, (n, rank), dtype))
-    s = random_uniform(k3, (rank,), dtype, 0.5, 2.0)
-    return (u * s) @ v.T
+    rng = _generator(key)
+    u, _ = np.linalg.qr(rng.normal(size=(m, rank)))
+    v, _ = np.linalg.qr(rng.normal(size=(n, rank)))
+    return jnp.asarray((u * rng.uniform(0.5, 2.0, size=rank)) @ v.T, dtype)
 
 
 def random_spd(key, n, cond=10.0, dtype=jnp.float64):
-    """A random symmetric positive-definite n x n matrix with condition number ``cond``."""
-    q, _ = jnp.linalg.qr(random_normal(key, (n, n), dtype))
-    eig = jnp.geomspace(1.0, cond, n).astype(dtype)
-    return (q * eig) @ q.T
+    """A random symmetric positive-definite n x n matrix with condition number ``cond`` (built in NumPy)."""
+    q, _ = np.linalg.qr(_generator(key).normal(size=(n, n)))
+    return jnp.asarray((q * np.geomspace(1.0, cond, n)) @ q.T, dtype)
 
 
 def assert_plain_jit_vmap_agree(fn, states, params, *, rtol, atol):
