@@ -702,8 +702,7 @@ def _cho_solve(L, B, unrolled):
     n = L.shape[0]
     if unrolled:
         return jnp.stack(_materialized(_cho_solve_entries(_entries(L), [B[i] for i in range(n)])))
-    every = jnp.ones(n, bool)
-    return _solve_upper(L.T, _solve_lower(L, B, every), every)
+    return _substitution(L, _substitution(L, B, False, False), False, True)
 
 
 def _triangular_rhs(L, B, where):
