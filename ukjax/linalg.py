@@ -576,7 +576,13 @@ def materialize(x):
     ``benchmarks/throughput.py --profile``): 528 → 320 ns per evaluation. Use it in a model for a value that
     many entries share.
     """
-    return jax.lax.platform_dependent(jnp.asarray(x), cpu=_sum_with_negative_zero, default=lambda v: v)
+    return _materialize(jnp.asarray(x))
+
+
+@jax.jit
+def _materialize(x):
+    # One named call, so that ukjax._entrywise finds the boundaries and keeps them (on its batch vectors).
+    return jax.lax.platform_dependent(x, cpu=_sum_with_negative_zero, default=lambda v: v)
 
 
 def _sum_with_negative_zero(x):

@@ -57,6 +57,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ukjax._entrywise import batched_by_entries
 from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
@@ -65,7 +66,7 @@ from ukjax.diagnostics import _diagnostics, _status
 from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax.options import _arguments, _pinv_rtol
+from ukjax.options import ENTRYWISE_MIN_BATCH, _arguments, _pinv_rtol
 from ukjax.options import _chunk_size as _chunk_size
 from ukjax.options import _Config as _Config
 from ukjax.options import _Numbers as _Numbers
@@ -139,6 +140,24 @@ def _state_derivative(system, config, numbers):
     return derivative
 
 
+def _batched_state_derivative(system, config, numbers):
+    """:func:`_state_derivative`, evaluated entry by entry under the batch's ``vmap``
+    (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums, derivatives from the
+    ordinary program) for a system of at most :data:`ukjax.options.ENTRYWISE_MAX_N` coordinates
+    (``config.entrywise``). The arrays the right-hand side closes over
+    (the system's, the tolerances) are passed as arguments, so the batch may vary them too."""
+    if not config.entrywise:
+        return _state_derivative(system, config, numbers)
+    dynamic, static = eqx.partition((system, numbers), eqx.is_array)
+
+    def field(t, y, p, dynamic):
+        system_, numbers_ = eqx.combine(dynamic, static)
+        return _state_derivative(system_, config, numbers_)(t, y, p)
+
+    batched = batched_by_entries(field, ENTRYWISE_MIN_BATCH)
+    return lambda t, y, p: batched(t, y, p, dynamic)
+
+
 def _projected_solver(system, solver):
     """``solver`` whose every step ends on the system's manifold (:class:`ukjax.solvers.Projected`), for a
     system with ``normalize``; ``solver`` itself otherwise."""
@@ -194,7 +213,7 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     leaves = [x for x in jax.tree_util.tree_leaves(params) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
     start_bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in (q0, qd0, *leaves)]))
 
-    motion = _state_derivative(system, config, numbers)
+    motion = _batched_state_derivative(system, config, numbers)
 
     def vector_field(t, y, p):
         rate, qdd = motion(t, y, p)
