@@ -122,6 +122,7 @@ USER_MODEL_RUNS = (
     "throughput-user-model-cpu-n256.json",
     "throughput-user-model-cpu-n1024.json",
     "throughput-user-model-cpu-default-isolated-n1024.json",
+    "throughput-user-model-cpu-entrywise-isolated-n1024.json",
 )
 USER_MODEL_CONTENDERS = ("ukjax_user_scara", "naive_jax_user_scara", "ukjax_scara", "naive_jax_scara")
 
@@ -138,7 +139,8 @@ def user_model() -> str:
             rate = {c: row[c]["scenario_steps_per_s"] for c in USER_MODEL_CONTENDERS}
             rows.append([
                 str(row["batch"]), row["solver"],
-                "process per contender" if data["config"].get("isolate") else "one process",
+                data.get("label") or ("process per contender" if data["config"].get("isolate")
+                                      else "one process"),
                 *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[:2]),
                 bold(times(rate["ukjax_user_scara"] / rate["naive_jax_user_scara"])),
                 *(power_of_ten(rate[c]) for c in USER_MODEL_CONTENDERS[2:]),

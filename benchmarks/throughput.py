@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
+from ukjax._entrywise import evaluate_entrywise
 from ukjax.simulation import _chunk_size
 from ukjax.studies._common import environment, write_json
 
@@ -569,8 +570,8 @@ def user_contenders(dt, steps, solver):
 
 def rhs_costs(batch, seed):
     """XLA's cost analysis of one right-hand side per model and engine (``vmap`` over ``batch`` states with
-    per-scenario parameters and time, as inside ``simulate_batch``): flops, bytes accessed and
-    transcendental calls per scenario-evaluation."""
+    per-scenario parameters and time; for ukjax also entry by entry, ``*_entrywise``, as ``simulate_batch``
+    evaluates it): flops, bytes accessed and transcendental calls per scenario-evaluation."""
     import user_scara
 
     from ukjax.models import scara
@@ -593,8 +594,14 @@ def rhs_costs(batch, seed):
         ),
     }
     out = {}
+    for name in ("ukjax_scara", "ukjax_user_scara"):  # as simulate_batch evaluates them (ukjax._entrywise)
+        f, p = cases[name]
+        cases[f"{name}_entrywise"] = (
+            lambda q, qd, t, p, f=f: evaluate_entrywise(f, (q, qd, t, p), [True] * 4), p
+        )
     for name, (f, p) in cases.items():
-        compiled = jax.jit(jax.vmap(f)).lower(q0, qd0, t, batched(p)).compile()
+        batched_f = f if name.endswith("_entrywise") else jax.vmap(f)
+        compiled = jax.jit(batched_f).lower(q0, qd0, t, batched(p)).compile()
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
         text = compiled.as_text()

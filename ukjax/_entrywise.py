@@ -464,8 +464,15 @@ def batched_by_entries(f, min_batch: int = 1):
     ``min_batch`` scenarios (by ``jax.vmap`` itself over fewer: the entrywise program takes longer to
     trace and compile, which a small batch does not win back); the same function otherwise, and with the
     derivatives of f itself (``jax.custom_jvp`` whose rule is ``jax.jvp`` of f, so custom derivative rules
-    inside f apply as before and tangents are computed by the ordinary batched program). The arguments
-    must be arrays (pytrees of them)."""
+    inside f apply as before and tangents are computed by the ordinary batched program, which reverse mode
+    transposes). The arguments must be arrays (pytrees of them).
+
+    Not for diffrax's ``ForwardMode``: there the rule's batched tangents may come back in another layout
+    than the entrywise primal's (batch first), and jaxlib 0.10 then lowers the tangent loop with operands
+    of transposed shape (an MLIR verifier error); :func:`ukjax.simulate` evaluates such programs by ``vmap``.
+    Evaluating the rule entry by entry too (its jaxpr, tangents included) avoids the error but ran the
+    SCARA tuning gradient 3.3x slower: the two tangents of the tuner's ``vmap`` over directions make every
+    entry a (2, N) array."""
 
     @jax.custom_batching.custom_vmap
     def primal(*args):

@@ -289,7 +289,8 @@ def _prepare(
         progress=bool(progress),
         throw=bool(throw),
         adjoint=adjoint,
-        entrywise=system.n <= ENTRYWISE_MAX_N,
+        # Not under diffrax's ForwardMode (the tuner's forward-mode gradients): see batched_by_entries.
+        entrywise=system.n <= ENTRYWISE_MAX_N and not isinstance(adjoint, diffrax.ForwardMode),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(
