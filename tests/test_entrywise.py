@@ -76,7 +76,10 @@ def _control_flow(x, s):
     chosen = jax.lax.cond(x[0] > 0, lambda v: jnp.sin(v), lambda v: v**2, x)
     fixed = jax.lax.cond(s > 0, lambda v: v + 1, lambda v: v - 1, x)
     index = jnp.argmax(x)
-    return looped, chosen, fixed, x[index], jnp.cumsum(x), jnp.where(x > s, x, -x), jnp.clip(x, -0.5, 0.5)
+    m = x.reshape(2, 3)
+    running = (jnp.cumsum(m, axis=1), jax.lax.cumsum(m, axis=0, reverse=True), jax.lax.cummax(x),
+               jax.lax.cumprod(m, axis=1, reverse=True), jax.lax.cumlogsumexp(x))  # fmt: skip
+    return looped, chosen, fixed, x[index], running, jnp.where(x > s, x, -x), jnp.clip(x, -0.5, 0.5)
 
 
 def _linalg(x, s):
@@ -152,6 +155,10 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
     for e, got in zip(batched(f, p), jax.jit(batched, static_argnums=0)(small, p), strict=True):
         np.testing.assert_allclose(got, e, rtol=1e-13, atol=1e-14)
     assert not calls, "a batch below min_batch is vmap's program"
+    halve = lambda t, y, p: jax.lax.while_loop(lambda v: v[0] < 1.0, lambda v: v + 0.5, y[0])
+    looping = batched_by_entries(halve)
+    jax.jit(jax.vmap(looping, in_axes=(0, 0, None)))(ts, ys, p)
+    assert not calls, "a function with an equation that has no entry rule (a while loop) is vmap's program"
     tangent = {"m": jnp.asarray(1.0), "g": jnp.asarray(0.0)}
     jvps = [jax.jvp(functools.partial(loss, h=h), (p,), (tangent,))[1] for h in (f, g)]
     np.testing.assert_allclose(jvps[1], jvps[0], rtol=1e-13)
