@@ -29,11 +29,14 @@ model alike.
 from __future__ import annotations
 
 import itertools
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
+
+from ukjax._shared import interpret
 
 _ELEMENTWISE = frozenset(
     """abs acos acosh add add_any and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type copy
@@ -45,13 +48,6 @@ _INLINED = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "
                       "custom_vjp_call", "custom_vjp_call_jaxpr"})  # fmt: skip
 _REDUCTIONS = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul",
                "reduce_and": "and", "reduce_or": "or"}  # fmt: skip
-
-
-class _Batch:
-    """What every rule needs to know about the batch: its size."""
-
-    def __init__(self, size):
-        self.size = size
 
 
 def _objects(shape, values):
@@ -95,12 +91,12 @@ def _bind_entries(prim, params, args, size):
     return prim.bind(*args, **params)
 
 
-def _elementwise(eqn, invals, batch):
+def _elementwise(eqn, invals, size):
     shape = eqn.outvars[0].aval.shape
     ops = [np.broadcast_to(x, shape) for x in invals]
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(*shape):
-        out[idx] = _bind_entries(eqn.primitive, eqn.params, [o[idx] for o in ops], batch.size)
+        out[idx] = _bind_entries(eqn.primitive, eqn.params, [o[idx] for o in ops], size)
     return [out]
 
 
@@ -125,7 +121,7 @@ def _combine(prim, entries, size):
     return acc
 
 
-def _dot_general(eqn, invals, batch):
+def _dot_general(eqn, invals, size):
     lhs, rhs = invals
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
@@ -145,15 +141,15 @@ def _dot_general(eqn, invals, batch):
         if nc == 0:
             out[b, i, j] = np.zeros((), dtype)
             continue
-        terms = [_bind_entries(mul, {}, [L[b, i, k], R[b, k, j]], batch.size) for k in range(nc)]
-        total = _combine(add, terms, batch.size)
+        terms = [_bind_entries(mul, {}, [L[b, i, k], R[b, k, j]], size) for k in range(nc)]
+        total = _combine(add, terms, size)
         if jnp.result_type(total) != dtype:
             total = jnp.asarray(total).astype(dtype)
         out[b, i, j] = total
     return [out.reshape((*bshape, *fl, *fr))]
 
 
-def _reduce(eqn, invals, batch):
+def _reduce(eqn, invals, size):
     (x,) = invals
     axes = tuple(eqn.params["axes"])
     keep = [d for d in range(x.ndim) if d not in axes]
@@ -163,11 +159,11 @@ def _reduce(eqn, invals, batch):
     prim = _prim(_REDUCTIONS[eqn.primitive.name])
     out = np.empty(kshape, dtype=object)
     for idx in np.ndindex(*kshape):
-        out[idx] = _combine(prim, list(moved[idx]), batch.size)
+        out[idx] = _combine(prim, list(moved[idx]), size)
     return [out]
 
 
-def _argmax_like(eqn, invals, batch):
+def _argmax_like(eqn, invals, size):
     (x,) = invals
     (axis,) = eqn.params["axes"]
     dtype = eqn.params["index_dtype"]
@@ -181,15 +177,15 @@ def _argmax_like(eqn, invals, batch):
         for k in range(1, len(row)):
             e = row[k]
             # NaN wins (first NaN), as in lax.argmax: take e if e beats best, or e is NaN and best is not.
-            e_nan = _bind_entries(_prim("ne"), {}, [e, e], batch.size)
-            best_nan = _bind_entries(_prim("ne"), {}, [best, best], batch.size)
-            beats = _bind_entries(better, {}, [e, best], batch.size)
+            e_nan = _bind_entries(_prim("ne"), {}, [e, e], size)
+            best_nan = _bind_entries(_prim("ne"), {}, [best, best], size)
+            beats = _bind_entries(better, {}, [e, best], size)
             take = _bind_entries(
-                _prim("and"), {}, [_bind_entries(_prim("or"), {}, [beats, e_nan], batch.size),
-                                   _bind_entries(_prim("not"), {}, [best_nan], batch.size)], batch.size
+                _prim("and"), {}, [_bind_entries(_prim("or"), {}, [beats, e_nan], size),
+                                   _bind_entries(_prim("not"), {}, [best_nan], size)], size
             )  # fmt: skip
-            best = _bind_entries(select, {}, [take, best, e], batch.size)
-            where = _bind_entries(select, {}, [take, where, np.asarray(k, dtype)], batch.size)
+            best = _bind_entries(select, {}, [take, best, e], size)
+            where = _bind_entries(select, {}, [take, where, np.asarray(k, dtype)], size)
         out[idx] = where
     return [out]
 
@@ -198,12 +194,12 @@ _CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "mi
                "cumlogsumexp": None}  # fmt: skip
 
 
-def _cumulative(eqn, invals, batch):
+def _cumulative(eqn, invals, size):
     """Running sums (products, maxima, minima) along one axis, in order (from the end if ``reverse``)."""
     (x,) = invals
     op = _CUMULATIVE[eqn.primitive.name]
     if op is None:
-        return _fallback(eqn, invals, batch)
+        return _fallback(eqn, invals, size)
     moved = np.moveaxis(x, eqn.params["axis"], -1)
     out = np.empty(moved.shape, dtype=object)
     order = list(range(moved.shape[-1]))[::-1 if eqn.params["reverse"] else 1]
@@ -211,12 +207,12 @@ def _cumulative(eqn, invals, batch):
         acc = None
         for k in order:
             entry = moved[idx + (k,)]
-            acc = entry if acc is None else _bind_entries(_prim(op), {}, [acc, entry], batch.size)
+            acc = entry if acc is None else _bind_entries(_prim(op), {}, [acc, entry], size)
             out[idx + (k,)] = acc
     return [np.moveaxis(out, -1, eqn.params["axis"])]
 
 
-def _broadcast_in_dim(eqn, invals, batch):
+def _broadcast_in_dim(eqn, invals, size):
     (x,) = invals[:1]
     shape, dims = eqn.params["shape"], eqn.params["broadcast_dimensions"]
     expanded = [1] * len(shape)
@@ -225,7 +221,7 @@ def _broadcast_in_dim(eqn, invals, batch):
     return [np.broadcast_to(x.reshape(expanded), shape)]
 
 
-def _slice(eqn, invals, batch):
+def _slice(eqn, invals, size):
     (x,) = invals
     p = eqn.params
     strides = p["strides"] or (1,) * x.ndim
@@ -233,7 +229,7 @@ def _slice(eqn, invals, batch):
     return [x[tuple(slice(start, stop, step) for start, stop, step in bounds)]]
 
 
-def _pad(eqn, invals, batch):
+def _pad(eqn, invals, size):
     x, value = invals
     out_shape = eqn.outvars[0].aval.shape
     fill = value[()] if isinstance(value, np.ndarray) else value
@@ -248,7 +244,7 @@ def _pad(eqn, invals, batch):
     return [out]
 
 
-def _iota(eqn, invals, batch):
+def _iota(eqn, invals, size):
     p = eqn.params
     shape, dim = p["shape"], p["dimension"]
     axis = np.arange(shape[dim], dtype=p["dtype"]).reshape([-1 if d == dim else 1 for d in range(len(shape))])
@@ -257,17 +253,17 @@ def _iota(eqn, invals, batch):
 
 
 def _simple(fn):
-    return lambda eqn, invals, batch: [fn(eqn.params, *invals)]
+    return lambda eqn, invals, size: [fn(eqn.params, *invals)]
 
 
-def _split(eqn, invals, batch):
+def _split(eqn, invals, size):
     (x,) = invals
     axis = eqn.params["axis"]
     cuts = np.cumsum(eqn.params["sizes"])[:-1]
     return list(np.split(x, cuts, axis=axis))
 
 
-def _unstack(eqn, invals, batch):
+def _unstack(eqn, invals, size):
     (x,) = invals
     moved = np.moveaxis(x, eqn.params["axis"], 0)
     return [moved[k, ...] for k in range(moved.shape[0])]
@@ -295,20 +291,22 @@ class _PlatformIndex:
                 default = i
             elif backend in names:
                 return i
-        if default is None:
-            raise NotImplementedError(f"no branch for {backend}")
+        if default is None:  # as lowering the program for this backend would refuse it
+            raise ValueError(
+                f"ukjax._entrywise: jax.lax.platform_dependent has no branch for the {backend!r} backend "
+                f"(branches: {self.platforms})"
+            )
         return default
 
 
-def _cond(eqn, invals, batch):
+def _cond(eqn, invals, size):
     index, *ops = invals
     branches = eqn.params["branches"]
     index_entry = index if isinstance(index, _PlatformIndex) else index.item() if index.shape == () else None
     chosen = _select_branch(index_entry, len(branches))
     if chosen is not None:
-        b = branches[chosen]
-        return _eval(b.jaxpr, [_entries_of_array(c, False) for c in b.consts], ops, batch)
-    outs = [_eval(b.jaxpr, [_entries_of_array(c, False) for c in b.consts], ops, batch) for b in branches]
+        return _eval_closed(branches[chosen], ops, size)
+    outs = [_eval_closed(branch, ops, size) for branch in branches]
     select = _prim("select_n")
     # select_n takes a boolean for two cases, an int32 in range for more (cond clamps its index).
     n = len(branches)
@@ -318,7 +316,7 @@ def _cond(eqn, invals, batch):
         shape = outs[0][k].shape
         out = np.empty(shape, dtype=object)
         for pos in np.ndindex(*shape):
-            out[pos] = _bind_entries(select, {}, [idx, *(o[k][pos] for o in outs)], batch.size)
+            out[pos] = _bind_entries(select, {}, [idx, *(o[k][pos] for o in outs)], size)
         results.append(out)
     return results
 
@@ -349,9 +347,9 @@ def _materialize_entries(x):
     return out
 
 
-def _fallback(eqn, invals, batch):
+def _fallback(eqn, invals, size):
     """Bind an equation with no entry rule on assembled arrays, under ``vmap`` where an operand is batched."""
-    assembled = [_assemble(x, batch.size, v.aval.dtype) for x, v in zip(invals, eqn.invars, strict=True)]
+    assembled = [_assemble(x, size, v.aval.dtype) for x, v in zip(invals, eqn.invars, strict=True)]
     arrays, batched = zip(*assembled, strict=True) if assembled else ((), ())
     params = eqn.primitive.get_bind_params(eqn.params)
     subfuns, bind_params = params if isinstance(params, tuple) else ([], params)
@@ -376,17 +374,17 @@ _RULES = {
     "expand_dims": _simple(lambda p, x: np.expand_dims(x, tuple(p["dimensions"]))),
     "transpose": _simple(lambda p, x: np.transpose(x, p["permutation"])),
     "slice": _slice,
-    "concatenate": lambda eqn, invals, batch: [np.concatenate(invals, axis=eqn.params["dimension"])],
-    "stack": lambda eqn, invals, batch: [np.stack(invals, axis=eqn.params["axis"])],
+    "concatenate": lambda eqn, invals, size: [np.concatenate(invals, axis=eqn.params["dimension"])],
+    "stack": lambda eqn, invals, size: [np.stack(invals, axis=eqn.params["axis"])],
     "unstack": _unstack,
     "split": _split,
     "rev": _simple(lambda p, x: np.flip(x, axis=tuple(p["dimensions"]))),
     "pad": _pad,
     "iota": _iota,
     "argmax": _argmax_like,
-    **{name: _cumulative for name in _CUMULATIVE},
     "argmin": _argmax_like,
     "cond": _cond,
+    **{name: _cumulative for name in _CUMULATIVE},
     **{name: _reduce for name in _REDUCTIONS},
 }
 
@@ -395,58 +393,53 @@ def _call_jaxpr(eqn):
     return next((eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params), None)
 
 
-def _inlined_call(eqn, invals, batch):
+def _inlined_call(eqn, invals, size):
     """A call (jit, custom derivative, checkpoint) evaluated inline: its jaxpr, entry by entry (the primal
     function of a custom derivative); a call form without a jaxpr parameter is bound as it is."""
     closed = _call_jaxpr(eqn)
     if closed is None:
-        return _fallback(eqn, invals, batch)
-    if isinstance(closed, jex.ClosedJaxpr):
-        inner, consts = closed.jaxpr, [_entries_of_array(c, False) for c in closed.consts]
+        return _fallback(eqn, invals, size)
+    inner = getattr(closed, "jaxpr", closed)
+    return _eval_closed(closed, invals[len(invals) - len(inner.invars):], size)
+
+
+def _eval_closed(closed, args, size):
+    """A (closed) jaxpr's outputs as entries; its constants are entries the batch shares."""
+    inner, consts = getattr(closed, "jaxpr", closed), getattr(closed, "consts", ())
+    return _eval(inner, [_entries_of_array(c, False) for c in consts], args, size)
+
+
+def _eval(jaxpr, consts, args, size):
+    return interpret(jaxpr, consts, args, lambda eqn, invals: _equation(eqn, invals, size), _literal)
+
+
+def _literal(v):
+    value = np.asarray(v.val, v.aval.dtype)
+    return _objects(value.shape, value.reshape(-1)) if value.ndim else _scalar(value)
+
+
+def _equation(eqn, invals, size):
+    """One equation's outputs as entries, by its rule (or the fallback), checked against its output types."""
+    name = eqn.primitive.name
+    if name == "platform_index":
+        outs = [_PlatformIndex(eqn.params)]
+    elif _is_materialize(eqn):
+        # The identity on each operand (a derivative of materialize carries primal and tangent).
+        outs = [_materialize_entries(x) for x in invals]
+    elif name in _INLINED:
+        outs = _inlined_call(eqn, invals, size)
+    elif name in _ELEMENTWISE:
+        outs = _elementwise(eqn, invals, size)
+    elif name in _RULES:
+        outs = _RULES[name](eqn, invals, size)
     else:
-        inner, consts = closed, []
-    return _eval(inner, consts, invals[len(invals) - len(inner.invars):], batch)
-
-
-def _eval(jaxpr, consts, args, batch):
-    env = {}
-
-    def read(v):
-        if isinstance(v, jex.Literal):
-            value = np.asarray(v.val, v.aval.dtype)
-            return _objects(value.shape, value.reshape(-1)) if value.ndim else _scalar(value)
-        return env[v]
-
-    for v, x in zip(jaxpr.constvars, consts, strict=True):
-        env[v] = x
-    for v, x in zip(jaxpr.invars, args, strict=True):
-        env[v] = x
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "platform_index":
-            outs = [_PlatformIndex(eqn.params)]
-        else:
-            invals = [read(v) for v in eqn.invars]
-            if _is_materialize(eqn):
-                # The identity on each operand (a derivative of materialize carries primal and tangent).
-                outs = [_materialize_entries(x) for x in invals]
-            elif name in _INLINED:
-                outs = _inlined_call(eqn, invals, batch)
-            elif name in _ELEMENTWISE:
-                outs = _elementwise(eqn, invals, batch)
-            elif name in _RULES:
-                outs = _RULES[name](eqn, invals, batch)
-            else:
-                outs = _fallback(eqn, invals, batch)
-        if len(outs) != len(eqn.outvars) or any(
-            not isinstance(x, _PlatformIndex) and (not isinstance(x, np.ndarray) or x.shape != v.aval.shape)
-            for v, x in zip(eqn.outvars, outs, strict=False)
-        ):
-            raise AssertionError(f"ukjax._entrywise: the rule for {name} gave {outs!r:.200} for {eqn}")
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(v, jex.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
+        outs = _fallback(eqn, invals, size)
+    if len(outs) != len(eqn.outvars) or any(
+        not isinstance(x, _PlatformIndex) and (not isinstance(x, np.ndarray) or x.shape != v.aval.shape)
+        for v, x in zip(eqn.outvars, outs, strict=False)
+    ):
+        raise AssertionError(f"ukjax._entrywise: the rule for {name} gave {outs!r:.200} for {eqn}")
+    return outs
 
 
 def _scalar(value):
@@ -474,10 +467,19 @@ def unruled_primitives(jaxpr) -> set[str]:
     return found
 
 
-def evaluate_entrywise(f, args, batched):
-    """``jax.vmap(f)(*args)`` with ``in_axes`` 0 where ``batched`` says so (booleans in a pytree prefix of
-    ``args``, like ``in_axes``) and ``None`` elsewhere, evaluated entry by entry (module docstring). The
-    output has f's structure with the batch axis first on every leaf."""
+class _Traced(NamedTuple):
+    """One scenario's jaxpr of f, and what evaluating it over the batch needs."""
+
+    closed: jex.ClosedJaxpr
+    out_tree: Any
+    leaves: list
+    flags: list
+    size: int
+
+
+def _trace(f, args, batched) -> _Traced:
+    """f traced for one scenario: batched leaves (``batched``: booleans in a pytree prefix of ``args``, like
+    ``in_axes``) lose their leading batch axis."""
     args, batched = tuple(args), tuple(batched)  # one flag or pytree of flags per argument
     leaves, tree = jax.tree_util.tree_flatten(args)
     prefix = jax.tree_util.tree_structure(batched)
@@ -487,12 +489,11 @@ def evaluate_entrywise(f, args, batched):
         raise ValueError(f"evaluate_entrywise: batched flags {batched!r} do not match the arguments") from (
             error
         )
-    flags = [flag for flag, sub in zip(prefix.flatten_up_to(batched), subtrees, strict=True)
+    flags = [flag for flag, sub in zip(jax.tree_util.tree_leaves(batched), subtrees, strict=True)
              for _ in jax.tree_util.tree_leaves(sub)]  # fmt: skip
     sizes = {jnp.shape(x)[0] for x, b in zip(leaves, flags, strict=True) if b}
     if len(sizes) != 1:
         raise ValueError(f"evaluate_entrywise: batched arguments need one common batch size, got {sizes}")
-    (size,) = sizes
 
     def flat(*values):
         return f(*jax.tree_util.tree_unflatten(tree, values))
@@ -500,24 +501,26 @@ def evaluate_entrywise(f, args, batched):
     one = [jax.ShapeDtypeStruct(jnp.shape(x)[1:], jnp.result_type(x)) if b else x
            for x, b in zip(leaves, flags, strict=True)]  # fmt: skip
     closed, shape = jax.make_jaxpr(flat, return_shape=True)(*one)
-    batch = _Batch(size)
-    inputs = [_entries_of_array(x, b) for x, b in zip(leaves, flags, strict=True)]
-    consts = [_entries_of_array(c, False) for c in closed.consts]
-    outs = _eval(closed.jaxpr, consts, inputs, batch)
+    return _Traced(closed, jax.tree_util.tree_structure(shape), leaves, flags, sizes.pop())
+
+
+def _evaluate(traced: _Traced):
+    """The batch's outputs of a traced f, entry by entry, batch axis first on every leaf."""
+    inputs = [_entries_of_array(x, b) for x, b in zip(traced.leaves, traced.flags, strict=True)]
+    outs = _eval_closed(traced.closed, inputs, traced.size)
     arrays = []
-    for entries, aval in zip(outs, closed.out_avals, strict=True):
-        arr, is_batched = _assemble(entries, size, aval.dtype)
+    for entries, aval in zip(outs, traced.closed.out_avals, strict=True):
+        arr, is_batched = _assemble(entries, traced.size, aval.dtype)
         arr = jnp.asarray(arr, aval.dtype)
-        arrays.append(arr if is_batched else jnp.broadcast_to(arr, (size, *aval.shape)))
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), arrays)
+        arrays.append(arr if is_batched else jnp.broadcast_to(arr, (traced.size, *aval.shape)))
+    return jax.tree_util.tree_unflatten(traced.out_tree, arrays)
 
 
-def _one_scenario(args, flags):
-    """Shapes of one scenario's arguments (batch axis dropped where ``flags`` say it is batched)."""
-    one = lambda x, b: jax.ShapeDtypeStruct(jnp.shape(x)[1:], jnp.result_type(x)) if b else x
-    return jax.tree_util.tree_map(
-        lambda b, x: jax.tree_util.tree_map(lambda leaf: one(leaf, b), x), tuple(flags), tuple(args)
-    )
+def evaluate_entrywise(f, args, batched):
+    """``jax.vmap(f)(*args)`` with ``in_axes`` 0 where ``batched`` says so (booleans in a pytree prefix of
+    ``args``, like ``in_axes``) and ``None`` elsewhere, evaluated entry by entry (module docstring). The
+    output has f's structure with the batch axis first on every leaf."""
+    return _evaluate(_trace(f, args, batched))
 
 
 def batched_by_entries(f, min_batch: int = 1):
@@ -544,13 +547,12 @@ def batched_by_entries(f, min_batch: int = 1):
 
     @primal.def_vmap
     def _rule(axis_size, in_batched, *args):
-        flags = list(in_batched)
-        one = _one_scenario(args, flags)
-        if axis_size >= min_batch and not unruled_primitives(jax.make_jaxpr(f)(*one).jaxpr):
-            out = evaluate_entrywise(f, args, flags)
+        traced = _trace(f, args, in_batched) if axis_size >= min_batch else None
+        if traced is not None and not unruled_primitives(traced.closed.jaxpr):
+            out = _evaluate(traced)
         else:
-            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, flags)
-            out = jax.vmap(f, in_axes=tuple(axes))(*args)
+            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, tuple(in_batched))
+            out = jax.vmap(f, in_axes=axes)(*args)
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
     @jax.custom_jvp

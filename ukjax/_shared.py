@@ -37,31 +37,42 @@ SHARED_PRIMITIVES = frozenset(
 """Primitives whose results :func:`evaluate_shared` materializes: those XLA lowers to a libm-like call."""
 
 
-def _eval(jaxpr, consts, args):
+def interpret(jaxpr, consts, args, apply, literal=lambda v: v.val):
+    """The values of a jaxpr's outputs: each equation's ``apply(eqn, input values)`` (a list, one value per
+    output variable) in order, from ``consts`` and ``args``; a literal's value is ``literal(v)``. The loop
+    of every ukjax jaxpr interpreter (this module's, and :mod:`ukjax._entrywise`'s)."""
     env = {}
 
     def read(v):
-        return v.val if isinstance(v, jex.Literal) else env[v]
+        return literal(v) if isinstance(v, jex.Literal) else env[v]
 
     for v, x in zip(jaxpr.constvars, consts, strict=True):
         env[v] = x
     for v, x in zip(jaxpr.invars, args, strict=True):
         env[v] = x
     for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        if eqn.primitive is prims.jit_p:
-            closed = eqn.params["jaxpr"]
-            outs = _eval(closed.jaxpr, closed.consts, invals)
-        else:
-            with eqn.ctx.manager:
-                outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
-            outs = outs if eqn.primitive.multiple_results else [outs]
-            if eqn.primitive in SHARED_PRIMITIVES:
-                outs = [materialize(x) for x in outs]
+        outs = apply(eqn, [read(v) for v in eqn.invars])
         for v, x in zip(eqn.outvars, outs, strict=True):
             if not isinstance(v, jex.DropVar):
                 env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+
+def _eval(jaxpr, consts, args):
+    return interpret(jaxpr, consts, args, _shared_equation)
+
+
+def _shared_equation(eqn, invals):
+    """One equation as bound by the model (nested jit inlined), transcendental results materialized."""
+    if eqn.primitive is prims.jit_p:
+        closed = eqn.params["jaxpr"]
+        return _eval(closed.jaxpr, closed.consts, invals)
+    with eqn.ctx.manager:
+        outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    if eqn.primitive in SHARED_PRIMITIVES:
+        outs = [materialize(x) for x in outs]
+    return outs
 
 
 def evaluate_shared(f, *args):

@@ -113,7 +113,9 @@ class _Config(eqx.Module):
     progress: bool = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     adjoint: Any = eqx.field(static=True)
-    entrywise: bool = eqx.field(static=True, default=False)  # see ENTRYWISE_MAX_N
+    # Fewest scenarios per vmap whose right-hand side is evaluated entry by entry; None: never (see
+    # ENTRYWISE_MAX_N, ENTRYWISE_MIN_BATCH).
+    entrywise_min_batch: int | None = eqx.field(static=True, default=None)
 
 
 STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
@@ -290,7 +292,11 @@ def _prepare(
         throw=bool(throw),
         adjoint=adjoint,
         # Not under diffrax's ForwardMode (the tuner's forward-mode gradients): see batched_by_entries.
-        entrywise=system.n <= ENTRYWISE_MAX_N and not isinstance(adjoint, diffrax.ForwardMode),
+        entrywise_min_batch=(
+            ENTRYWISE_MIN_BATCH
+            if system.n <= ENTRYWISE_MAX_N and not isinstance(adjoint, diffrax.ForwardMode)
+            else None
+        ),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(

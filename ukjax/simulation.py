@@ -66,7 +66,7 @@ from ukjax.diagnostics import _diagnostics, _status
 from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax.options import ENTRYWISE_MIN_BATCH, _arguments, _pinv_rtol
+from ukjax.options import _arguments, _pinv_rtol
 from ukjax.options import _chunk_size as _chunk_size
 from ukjax.options import _Config as _Config
 from ukjax.options import _Numbers as _Numbers
@@ -143,10 +143,10 @@ def _state_derivative(system, config, numbers):
 def _batched_state_derivative(system, config, numbers):
     """:func:`_state_derivative`, evaluated entry by entry under the batch's ``vmap``
     (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums, derivatives from the
-    ordinary program) for a system of at most :data:`ukjax.options.ENTRYWISE_MAX_N` coordinates
-    (``config.entrywise``). The arrays the right-hand side closes over
-    (the system's, the tolerances) are passed as arguments, so the batch may vary them too."""
-    if not config.entrywise:
+    ordinary program) where ``config.entrywise_min_batch`` says so (:data:`ukjax.options.ENTRYWISE_MAX_N`,
+    :data:`ukjax.options.ENTRYWISE_MIN_BATCH`). The arrays the right-hand side closes over (the system's,
+    the tolerances) are passed as arguments: a custom batching rule takes no batched closure."""
+    if config.entrywise_min_batch is None:
         return _state_derivative(system, config, numbers)
     dynamic, static = eqx.partition((system, numbers), eqx.is_array)
 
@@ -154,7 +154,7 @@ def _batched_state_derivative(system, config, numbers):
         system_, numbers_ = eqx.combine(dynamic, static)
         return _state_derivative(system_, config, numbers_)(t, y, p)
 
-    batched = batched_by_entries(field, ENTRYWISE_MIN_BATCH)
+    batched = batched_by_entries(field, config.entrywise_min_batch)
     return lambda t, y, p: batched(t, y, p, dynamic)
 
 
