@@ -17,6 +17,11 @@ the discrete solution) and ``BacksolveAdjoint`` (the continuous adjoint ODE solv
 independent of the number of steps, but a gradient of the continuous problem that differs from the
 discrete one by the integration error, and an extra backward solve with vector-Jacobian products).
 
+``--tangent-costs`` adds what bounds the forward-mode gradient: the time of one right-hand-side evaluation
+over the tuner's scenarios, its primal (``vmap``; entry by entry, as the forward loss runs it) against its
+JVP along the tuner's two directions (the ``vmap`` program diffrax's ``ForwardMode`` runs), and the JVP's
+share of the gradient (6 evaluations per Tsit5 step).
+
 ``--former-saves`` adds, interleaved, the forward loss and the forward-mode gradient with the post-processing
 at the saved times vectorized over them as it was before (``jax.vmap`` instead of the loop of
 ``ukjax.simulation._at_saves``; swapped while the program is traced), for the before/after of that change.
@@ -24,6 +29,7 @@ at the saved times vectorized over them as it was before (``jax.vmap`` instead o
     python3 benchmarks/tune_gradient.py                  # 256 scenarios, 1000 steps, 3 repeats
     python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
     python3 benchmarks/tune_gradient.py --former-saves   # also the former vectorized post-processing
+    python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
 """
 
 from __future__ import annotations
@@ -157,6 +163,66 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
     }
 
 
+def tangent_costs(scenarios: int, repeats: int, evaluations: int = 200) -> dict:
+    """Microseconds per evaluation of the SCARA right-hand side (``System.acceleration``) over the tuner's
+    ``scenarios`` states and per-scenario parameters, each program a ``fori_loop`` of ``evaluations``
+    evaluations (one dispatch per loop, so its cost is not counted), timed interleaved: the primal under
+    ``jax.vmap`` and entry by entry (``ukjax._entrywise``, as the forward loss evaluates it), and its JVP
+    along two directions under ``jax.vmap`` over them (state and gain tangents; the tuner's forward mode,
+    which keeps the ``vmap`` program). The caller times its share of the forward-mode gradient: 6
+    evaluations per Tsit5 step."""
+    from ukjax._entrywise import evaluate_entrywise
+
+    system = scara.system()
+    batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
+    q0, qd0, params = batch.q0, batch.qd0, batch.params
+    key_q, key_v = jax.random.split(jax.random.PRNGKey(1))
+    tangent_q = jax.random.normal(key_q, (2, *q0.shape), q0.dtype)
+    tangent_v = jax.random.normal(key_v, (2, *qd0.shape), qd0.dtype)
+    gains = {k: jnp.zeros((2, *jnp.shape(v)), jnp.result_type(v)) for k, v in params.items()}
+    gains["alpha"] = gains["alpha"].at[0].set(1.0)
+    gains["beta"] = gains["beta"].at[1].set(1.0)
+
+    def acceleration(q, qd, p):
+        return system.acceleration(q, qd, 0.3, p)
+
+    def primal_vmap(q, qd):
+        return jax.vmap(acceleration)(q, qd, params)
+
+    def primal_entrywise(q, qd):
+        return evaluate_entrywise(acceleration, (q, qd, params), (True, True, True))
+
+    def jvp_two_directions(q, qd):
+        def along(dq, dqd, dp):
+            return jax.vmap(lambda *a: jax.jvp(acceleration, a[:3], a[3:]))(q, qd, params, dq, dqd, dp)
+
+        out, tangents = jax.vmap(along)(tangent_q, tangent_v, gains)
+        return out[0] + tangents[0] + tangents[1]
+
+    def looped(evaluate):
+        def run(q, qd):
+            body = lambda i, q_: q_ + 1e-12 * jnp.tanh(evaluate(q_, qd))
+            return jax.lax.fori_loop(0, evaluations, body, q)
+
+        return jax.jit(run).lower(q0, qd0).compile()
+
+    programs = {
+        "primal_vmap": looped(primal_vmap),
+        "primal_entrywise": looped(primal_entrywise),
+        "jvp_two_directions_vmap": looped(jvp_two_directions),
+    }
+    timing = _interleaved(programs, {name: (q0, qd0) for name in programs}, repeats)
+    per_evaluation = {name: t["median_s"] / evaluations * 1e6 for name, t in timing.items()}
+    return {
+        "what": "SCARA right-hand side per evaluation over the tuner's scenarios (fori_loop, no dispatch)",
+        "scenarios": scenarios,
+        "evaluations_per_program": evaluations,
+        "microseconds_per_evaluation": per_evaluation,
+        "jvp_over_entrywise_primal": per_evaluation["jvp_two_directions_vmap"]
+        / per_evaluation["primal_entrywise"],
+    }
+
+
 def adjoint_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     """diffrax directly on System.acceleration: RecursiveCheckpointAdjoint vs BacksolveAdjoint."""
     system = scara.system()
@@ -233,6 +299,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--adjoints", action="store_true", help="also compare diffrax's adjoints directly")
     parser.add_argument(
+        "--tangent-costs",
+        action="store_true",
+        help="also time one right-hand side: primal (vmap, entry by entry) against its two-direction JVP",
+    )
+    parser.add_argument(
         "--former-saves",
         action="store_true",
         help="also the former post-processing vectorized over the saved times (before/after, interleaved)",
@@ -268,6 +339,18 @@ def main() -> None:
         print(
             f"adjoints: grad/forward {a['grad_over_forward']}, backsolve gradient differs by "
             f"{a['backsolve_relative_gradient_difference']:.2e} (relative)"
+        )
+    if args.tangent_costs:
+        results["tangents"] = tangent_costs(args.scenarios, args.repeats)
+        c = results["tangents"]
+        us = c["microseconds_per_evaluation"]
+        share = 6 * args.steps * us["jvp_two_directions_vmap"] * 1e-6
+        c["jvp_seconds_per_forward_mode_gradient"] = share
+        print(
+            f"right-hand side per evaluation ({args.scenarios} scenarios): primal {us['primal_vmap']:.0f} us "
+            f"(vmap) / {us['primal_entrywise']:.0f} us (entry by entry), JVP along 2 directions "
+            f"{us['jvp_two_directions_vmap']:.0f} us (vmap): {share:.2f} s of a forward-mode gradient "
+            f"(6 evaluations per Tsit5 step x {args.steps} steps)"
         )
     results["load_average"] = {"before": load_before, "after": os.getloadavg()}
     info = machine_info()
