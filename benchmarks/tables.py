@@ -414,7 +414,7 @@ def tune_gradient() -> str:
     t = load("tune_gradient-cpu-intel-xeon-2c.json")["tuner"]
     memory, run, compile_s = t["memory"], t["run"], t["compile_s"]
     contenders = [
-        (f"{mode} mode" + (" (default for ≤ 8 tuned numbers)" if mode == t["default_mode"] else ""),
+        (f"{mode} mode" + (" (default for ≤ 4 tuned numbers)" if mode == t["default_mode"] else ""),
          "forward", f"gradient_{mode}", mode)
         for mode in ("forward", "reverse")
     ]  # fmt: skip

@@ -22,6 +22,9 @@ over the tuner's scenarios, its primal (``vmap``; entry by entry, as the forward
 JVP along the tuner's two directions (the ``vmap`` program diffrax's ``ForwardMode`` runs), and the JVP's
 share of the gradient (6 evaluations per Tsit5 step).
 
+``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint) and 5 (α
+per joint and one β), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between them.
+
 ``--former-saves`` adds, interleaved, the forward loss and the forward-mode gradient with the post-processing
 at the saved times vectorized over them as it was before (``jax.vmap`` instead of the loop of
 ``ukjax.simulation._at_saves``; swapped while the program is traced), for the before/after of that change.
@@ -30,6 +33,7 @@ at the saved times vectorized over them as it was before (``jax.vmap`` instead o
     python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
     python3 benchmarks/tune_gradient.py --former-saves   # also the former vectorized post-processing
     python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
+    python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4 and 5 numbers
 """
 
 from __future__ import annotations
@@ -223,6 +227,40 @@ def tangent_costs(scenarios: int, repeats: int, evaluations: int = 200) -> dict:
     }
 
 
+def mode_crossover(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
+    """Forward- against reverse-mode gradients of the same SCARA objective for k = 4 tuned numbers (α per
+    joint) and k = 5 (α per joint, one β), timed interleaved with the forward loss: where
+    ``tune.FORWARD_MODE_MAX_PARAMETERS`` should switch (k = 2 is :func:`tuner_costs`)."""
+    system = scara.system()
+    box = tune_scara.gain_box(dt)
+    batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
+    objective = tune_scara.objective(1e-7)
+    options = tune.simulation_options(t1=steps * dt, dt=dt, num_saves=201)
+    params = scara.default_params()
+    params["alpha"], params["beta"] = jnp.full(4, 0.5), jnp.full(4, 200.0)
+    alpha = tune.log(lower=box["alpha"][0], upper=box["alpha"][1])
+    beta = tune.log(lower=box["beta"][0], upper=box["beta"][1], shared=True)
+    out = {}
+    for k, transforms in ((4, {"alpha": alpha}), (5, {"alpha": alpha, "beta": beta})):
+        space = tune.Parametrization(params, transforms)
+        theta = space.init()
+
+        def forward(theta, batch, space=space):
+            return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
+
+        def gradient(mode, space=space):
+            return lambda point, scenarios_: tune.batch_value_and_grad(
+                system, space, point, scenarios_, objective, options=options, gradient_mode=mode
+            )[2]
+
+        compiled = {"forward": _compile(forward, theta, batch)[0]}
+        for mode in ("forward", "reverse"):
+            compiled[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)[0]
+        timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
+        out[str(k)] = {name: t["median_s"] for name, t in timing.items()}
+    return out
+
+
 def adjoint_costs(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     """diffrax directly on System.acceleration: RecursiveCheckpointAdjoint vs BacksolveAdjoint."""
     system = scara.system()
@@ -299,6 +337,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--adjoints", action="store_true", help="also compare diffrax's adjoints directly")
     parser.add_argument(
+        "--crossover",
+        action="store_true",
+        help="also time forward- against reverse-mode gradients for 4 and 5 tuned numbers",
+    )
+    parser.add_argument(
         "--tangent-costs",
         action="store_true",
         help="also time one right-hand side: primal (vmap, entry by entry) against its two-direction JVP",
@@ -340,6 +383,13 @@ def main() -> None:
             f"adjoints: grad/forward {a['grad_over_forward']}, backsolve gradient differs by "
             f"{a['backsolve_relative_gradient_difference']:.2e} (relative)"
         )
+    if args.crossover:
+        results["crossover"] = mode_crossover(args.scenarios, args.steps, args.dt, args.repeats)
+        for k, t in results["crossover"].items():
+            print(
+                f"k = {k} tuned numbers: forward loss {t['forward']:.2f} s, forward-mode gradient "
+                f"{t['gradient_forward']:.2f} s, reverse-mode gradient {t['gradient_reverse']:.2f} s"
+            )
     if args.tangent_costs:
         results["tangents"] = tangent_costs(args.scenarios, args.repeats)
         c = results["tangents"]

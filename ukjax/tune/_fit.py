@@ -189,8 +189,9 @@ def batch_loss(
     return loss, _summary(loss, losses, ok, parts, status, failure_penalty)
 
 
-FORWARD_MODE_MAX_PARAMETERS = 8
-"""``gradient_mode="auto"``: forward mode up to this many tuned numbers, reverse mode above."""
+FORWARD_MODE_MAX_PARAMETERS = 4
+"""``gradient_mode="auto"``: forward mode up to this many tuned numbers, reverse mode above (where the two
+cross on the SCARA objective; :func:`resolve_gradient_mode`)."""
 
 GRADIENT_MODES = ("auto", "forward", "reverse")
 
@@ -203,10 +204,10 @@ def resolve_gradient_mode(mode: str, theta) -> str:
     forward pass plus about one right-hand-side JVP per tangent, and nothing of the trajectory is stored.
     Reverse mode (``RecursiveCheckpointAdjoint``) stores one state per step and recomputes each step with its
     VJP on the way back, whatever k is; it wins for many parameters. On the SCARA objective (256 scenarios ×
-    1000 steps, ``benchmarks/tune_gradient.py``, 2-core Intel Xeon) forward mode with k = 2 takes 1.73 s and
-    reverse mode 2.99 s against 0.51 s for the forward loss (whose right-hand side runs entry by entry, while
-    the tangents run the ``vmap`` program: 0.82 s of primal and about 0.45 s per tangent), so by extrapolation
-    they cross near k = 5; the switch at 8 was measured before the forward loss got faster (k = 6 to 7)."""
+    1000 steps, ``benchmarks/tune_gradient.py --crossover``, 2-core Intel Xeon, forward loss 0.51-0.55 s)
+    forward mode takes 1.72, 2.70 and 3.28 s for k = 2, 4 and 5, reverse mode 2.98, 3.01 and 3.11 s: they
+    cross between 4 and 5 (forward mode's tangents run the ``vmap`` program, about 0.5 s each, while the
+    forward loss runs its right-hand side entry by entry; before that they crossed near k = 6 to 7)."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
     if mode != "auto":
