@@ -411,10 +411,12 @@ def compile_and_gradient() -> str:
 def tune_gradient() -> str:
     """The tuning objective's forward loss against its value and gradient in each mode (current code), and the
     forward mode with the former post-processing vectorized over the saved times (``--former-saves``)."""
+    from ukjax.tune import FORWARD_MODE_MAX_PARAMETERS as most
+
     t = load("tune_gradient-cpu-intel-xeon-2c.json")["tuner"]
     memory, run, compile_s = t["memory"], t["run"], t["compile_s"]
     contenders = [
-        (f"{mode} mode" + (" (default for ≤ 4 tuned numbers)" if mode == t["default_mode"] else ""),
+        (f"{mode} mode" + (f" (default for ≤ {most} tuned numbers)" if mode == t["default_mode"] else ""),
          "forward", f"gradient_{mode}", mode)
         for mode in ("forward", "reverse")
     ]  # fmt: skip

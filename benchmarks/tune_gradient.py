@@ -92,19 +92,22 @@ def _vectorized_at_saves(diagnose, ts, q, qd):
     return jax.vmap(diagnose)(ts, q, qd)
 
 
-def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False) -> dict:
+def _objective(scenarios: int, steps: int, dt: float):
+    """The tuner's SCARA objective: (batch of scenarios, gain box, forward(space), gradient(space, mode)),
+    where forward(space) is the batch loss at θ and gradient(space, mode) its value and gradient, both as
+    functions of (θ, batch) to compile."""
     system = scara.system()
-    box = tune_scara.gain_box(dt)
-    space = tune_scara.space_for(box, 0.5, 200.0)
     batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
     objective = tune_scara.objective(1e-7)
     options = tune.simulation_options(t1=steps * dt, dt=dt, num_saves=201)
-    theta = space.init()
 
-    def forward(theta, batch):
-        return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
+    def forward(space):
+        def loss(theta, batch):
+            return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
 
-    def gradient(mode):
+        return loss
+
+    def gradient(space, mode):
         def value_and_grad(theta, batch):
             loss, _, grad = tune.batch_value_and_grad(
                 system, space, theta, batch, objective, options=options, gradient_mode=mode
@@ -112,6 +115,18 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
             return loss, grad
 
         return value_and_grad
+
+    return batch, tune_scara.gain_box(dt), forward, gradient
+
+
+def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False) -> dict:
+    batch, box, forward_of, gradient_of = _objective(scenarios, steps, dt)
+    space = tune_scara.space_for(box, 0.5, 200.0)
+    theta = space.init()
+    forward = forward_of(space)
+
+    def gradient(mode):
+        return gradient_of(space, mode)
 
     modes = ("forward", "reverse")
     compiled, compile_s, memory = {}, {}, {}
@@ -167,14 +182,14 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
     }
 
 
-def tangent_costs(scenarios: int, repeats: int, evaluations: int = 200) -> dict:
+def tangent_costs(scenarios: int, steps: int, repeats: int, evaluations: int = 200) -> dict:
     """Microseconds per evaluation of the SCARA right-hand side (``System.acceleration``) over the tuner's
     ``scenarios`` states and per-scenario parameters, each program a ``fori_loop`` of ``evaluations``
     evaluations (one dispatch per loop, so its cost is not counted), timed interleaved: the primal under
     ``jax.vmap`` and entry by entry (``ukjax._entrywise``, as the forward loss evaluates it), and its JVP
     along two directions under ``jax.vmap`` over them (state and gain tangents; the tuner's forward mode,
-    which keeps the ``vmap`` program). The caller times its share of the forward-mode gradient: 6
-    evaluations per Tsit5 step."""
+    which keeps the ``vmap`` program), and the JVP's share of a forward-mode gradient over ``steps`` Tsit5
+    steps (6 evaluations each)."""
     from ukjax._entrywise import evaluate_entrywise
 
     system = scara.system()
@@ -217,13 +232,14 @@ def tangent_costs(scenarios: int, repeats: int, evaluations: int = 200) -> dict:
     }
     timing = _interleaved(programs, {name: (q0, qd0) for name in programs}, repeats)
     per_evaluation = {name: t["median_s"] / evaluations * 1e6 for name, t in timing.items()}
+    jvp = per_evaluation["jvp_two_directions_vmap"]
     return {
         "what": "SCARA right-hand side per evaluation over the tuner's scenarios (fori_loop, no dispatch)",
         "scenarios": scenarios,
         "evaluations_per_program": evaluations,
         "microseconds_per_evaluation": per_evaluation,
-        "jvp_over_entrywise_primal": per_evaluation["jvp_two_directions_vmap"]
-        / per_evaluation["primal_entrywise"],
+        "jvp_over_entrywise_primal": jvp / per_evaluation["primal_entrywise"],
+        "jvp_seconds_per_forward_mode_gradient": 6 * steps * jvp * 1e-6,
     }
 
 
@@ -231,11 +247,7 @@ def mode_crossover(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     """Forward- against reverse-mode gradients of the same SCARA objective for k = 4 tuned numbers (α per
     joint) and k = 5 (α per joint, one β), timed interleaved with the forward loss: where
     ``tune.FORWARD_MODE_MAX_PARAMETERS`` should switch (k = 2 is :func:`tuner_costs`)."""
-    system = scara.system()
-    box = tune_scara.gain_box(dt)
-    batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
-    objective = tune_scara.objective(1e-7)
-    options = tune.simulation_options(t1=steps * dt, dt=dt, num_saves=201)
+    batch, box, forward_of, gradient_of = _objective(scenarios, steps, dt)
     params = scara.default_params()
     params["alpha"], params["beta"] = jnp.full(4, 0.5), jnp.full(4, 200.0)
     alpha = tune.log(lower=box["alpha"][0], upper=box["alpha"][1])
@@ -244,18 +256,9 @@ def mode_crossover(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     for k, transforms in ((4, {"alpha": alpha}), (5, {"alpha": alpha, "beta": beta})):
         space = tune.Parametrization(params, transforms)
         theta = space.init()
-
-        def forward(theta, batch, space=space):
-            return tune.batch_loss(system, space, theta, batch, objective, options=options)[0]
-
-        def gradient(mode, space=space):
-            return lambda point, scenarios_: tune.batch_value_and_grad(
-                system, space, point, scenarios_, objective, options=options, gradient_mode=mode
-            )[2]
-
-        compiled = {"forward": _compile(forward, theta, batch)[0]}
+        compiled = {"forward": _compile(forward_of(space), theta, batch)[0]}
         for mode in ("forward", "reverse"):
-            compiled[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)[0]
+            compiled[f"gradient_{mode}"] = _compile(gradient_of(space, mode), theta, batch)[0]
         timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
         out[str(k)] = {name: t["median_s"] for name, t in timing.items()}
     return out
@@ -391,11 +394,9 @@ def main() -> None:
                 f"{t['gradient_forward']:.2f} s, reverse-mode gradient {t['gradient_reverse']:.2f} s"
             )
     if args.tangent_costs:
-        results["tangents"] = tangent_costs(args.scenarios, args.repeats)
-        c = results["tangents"]
-        us = c["microseconds_per_evaluation"]
-        share = 6 * args.steps * us["jvp_two_directions_vmap"] * 1e-6
-        c["jvp_seconds_per_forward_mode_gradient"] = share
+        results["tangents"] = tangent_costs(args.scenarios, args.steps, args.repeats)
+        us = results["tangents"]["microseconds_per_evaluation"]
+        share = results["tangents"]["jvp_seconds_per_forward_mode_gradient"]
         print(
             f"right-hand side per evaluation ({args.scenarios} scenarios): primal {us['primal_vmap']:.0f} us "
             f"(vmap) / {us['primal_entrywise']:.0f} us (entry by entry), JVP along 2 directions "
