@@ -410,7 +410,8 @@ def compile_and_gradient() -> str:
 
 def tune_gradient() -> str:
     """The tuning objective's forward loss against its value and gradient in each mode (current code), and the
-    forward mode with the former post-processing vectorized over the saved times (``--former-saves``)."""
+    two former post-processings at the saved times (``--former-saves``): forward mode with it vectorized over
+    the saves, reverse mode with its loop not rematerialized."""
     from ukjax.tune import FORWARD_MODE_MAX_PARAMETERS as most
 
     t = load("tune_gradient-cpu-intel-xeon-2c.json")["tuner"]
@@ -423,6 +424,9 @@ def tune_gradient() -> str:
     if "forward_former_saves" in run:
         contenders.append(("forward mode, saves vectorized (before)", "forward_former_saves",
                            "gradient_forward_former_saves", "forward_former_saves"))  # fmt: skip
+    if "gradient_reverse_stored_saves" in run:
+        contenders.append(("reverse mode, saves not rematerialized (before)", "forward",
+                           "gradient_reverse_stored_saves", "reverse_stored_saves"))  # fmt: skip
     rows = []
     for label, forward, gradient, ratio in contenders:
         rows.append([

@@ -25,13 +25,15 @@ share of the gradient (6 evaluations per Tsit5 step).
 ``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint) and 5 (α
 per joint and one β), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between them.
 
-``--former-saves`` adds, interleaved, the forward loss and the forward-mode gradient with the post-processing
-at the saved times vectorized over them as it was before (``jax.vmap`` instead of the loop of
-``ukjax.simulation._at_saves``; swapped while the program is traced), for the before/after of that change.
+``--former-saves`` adds, interleaved, the post-processing at the saved times as it was before each of two
+changes to ``ukjax.simulation._at_saves`` (swapped while the program is traced), for their before/after: the
+forward loss and the forward-mode gradient with it vectorized over the saves (``jax.vmap`` instead of a
+loop), and the reverse-mode gradient with the loop not rematerialized (its pullback keeping every save's
+intermediates instead of re-running the post-processing on the way back).
 
     python3 benchmarks/tune_gradient.py                  # 256 scenarios, 1000 steps, 3 repeats
     python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
-    python3 benchmarks/tune_gradient.py --former-saves   # also the former vectorized post-processing
+    python3 benchmarks/tune_gradient.py --former-saves   # also the two former post-processings
     python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
     python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4 and 5 numbers
 """
@@ -88,8 +90,14 @@ def _interleaved(functions: dict, args: dict, repeats: int) -> dict:
 
 
 def _vectorized_at_saves(diagnose, ts, q, qd):
-    """The post-processing at the saved times as it was before: vectorized over them."""
+    """The post-processing at the saved times as it was first: vectorized over them."""
     return jax.vmap(diagnose)(ts, q, qd)
+
+
+def _stored_at_saves(diagnose, ts, q, qd):
+    """The post-processing at the saved times as it was next: a loop whose pullback stores every save's
+    intermediates (not rematerialized)."""
+    return jax.lax.map(lambda save: diagnose(*save), (ts, q, qd))
 
 
 def _objective(scenarios: int, steps: int, dt: float):
@@ -134,12 +142,19 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
     for mode in modes:
         compiled[f"gradient_{mode}"], compile_s[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)
     if former_saves:
-        current, simulation._at_saves = simulation._at_saves, _vectorized_at_saves
+        formers = (
+            (_vectorized_at_saves, "former_saves",
+             (("forward", forward), ("gradient_forward", gradient("forward")))),
+            (_stored_at_saves, "stored_saves", (("gradient_reverse", gradient("reverse")),)),
+        )
+        current = simulation._at_saves
         try:
-            jax.clear_caches()
-            for name, fn in (("forward", forward), ("gradient_forward", gradient("forward"))):
-                key = f"{name}_former_saves"
-                compiled[key], compile_s[key] = _compile(fn, theta, batch)
+            for former, suffix, programs in formers:
+                simulation._at_saves = former
+                jax.clear_caches()
+                for name, fn in programs:
+                    key = f"{name}_{suffix}"
+                    compiled[key], compile_s[key] = _compile(fn, theta, batch)
         finally:
             simulation._at_saves = current
             jax.clear_caches()
@@ -147,6 +162,7 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
     pairs = [(mode, "forward", f"gradient_{mode}") for mode in modes]
     if former_saves:
         pairs.append(("forward_former_saves", "forward_former_saves", "gradient_forward_former_saves"))
+        pairs.append(("reverse_stored_saves", "forward", "gradient_reverse_stored_saves"))
     timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
     loss_f = float(compiled["forward"](theta, batch))
     results = {mode: compiled[f"gradient_{mode}"](theta, batch) for mode in modes}
@@ -352,7 +368,7 @@ def main() -> None:
     parser.add_argument(
         "--former-saves",
         action="store_true",
-        help="also the former post-processing vectorized over the saved times (before/after, interleaved)",
+        help="also the two former post-processings at the saved times (before/after, interleaved)",
     )
     parser.add_argument(
         "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
