@@ -107,9 +107,10 @@ def rhs(system, q0s, qd0s, batch):
         M, Q = system.mass_matrix(q, 0.3, p), system.given_force(q, qd, 0.3, p)
         A, b = stack_blocks(system.constraint_blocks(q, qd, 0.3, p), 4, q.dtype)
         rtol = jnp.asarray(dynamics.gram_rtol(4, 4), q.dtype)
+        method = dynamics.GRAM_METHODS[0]  # "ldl", the default of ukjax.System and ukjax.simulate
         if custom:
-            return dynamics._eq35_terms(M, Q, A, b, None, rtol)[0]
-        return dynamics._eq35_forward(M, Q, A, b, None, rtol)[0][0]
+            return dynamics._eq35_terms(method, M, Q, A, b, None, rtol)[0]
+        return dynamics._eq35_forward(method, M, Q, A, b, None, rtol)[0][0]
 
     def per_scenario_ns(f, *a):
         f = jax.jit(f)

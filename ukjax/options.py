@@ -249,7 +249,7 @@ def _prepare(
         max_steps = DEFAULT_MAX_STEPS if steps is None else steps + 1
     if adjoint is None:
         # Fixed step with a known step count: one checkpoint per step, so the backward pass recomputes each
-        # step once (cost ~ forward + one step and its VJP per step; memory = the states of the trajectory).
+        # step once (cost ~ forward + one step and its VJP per step; memory ~ each step's solver state).
         # Otherwise diffrax's default binomial checkpointing, O(sqrt(max_steps)) checkpoints.
         fixed = fixed_step and known
         adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=max_steps if fixed else None)
