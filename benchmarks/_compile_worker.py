@@ -118,7 +118,7 @@ def rhs(system, q0s, qd0s, batch):
         return sorted(timed(lambda: f(*a))[1] for _ in range(21))[10] / q0s.shape[0] * 1e9
 
     tq, tqd = jnp.ones_like(q0s), jnp.ones_like(qd0s)
-    out = {}
+    out, values = {}, {}
     for custom, key in ((True, "custom_derivative"), (False, "autodiff_through_factorization")):
         f = jax.vmap(lambda q, qd, p, custom=custom: acceleration(q, qd, p, custom))
 
@@ -132,6 +132,13 @@ def rhs(system, q0s, qd0s, batch):
             name: per_scenario_ns(g, q0s, qd0s, batch)
             for name, g in (("forward_ns", f), ("jvp_ns", jvp), ("vjp_ns", vjp))
         }
+        values[key] = [jax.jit(g)(q0s, qd0s, batch) for g in (jvp, vjp)]
+    # both derivatives of the same function: they must agree to rounding
+    for name, (a, b) in zip(("jvp", "vjp"), zip(*values.values(), strict=True), strict=True):
+        a, b = jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(a)]), jnp.concatenate(
+            [jnp.ravel(x) for x in jax.tree_util.tree_leaves(b)]
+        )
+        out[f"{name}_relative_difference"] = float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
     return out
 
 
