@@ -411,7 +411,8 @@ def compile_and_gradient() -> str:
 def tune_gradient() -> str:
     """The tuning objective's forward loss against its value and gradient in each mode (current code), and the
     two former post-processings at the saved times (``--former-saves``): forward mode with it vectorized over
-    the saves, reverse mode with its loop not rematerialized."""
+    the saves, reverse mode with its loop not rematerialized; and forward mode with the right-hand side's
+    tangents by the ``vmap`` program (``--former-tangents``)."""
     from ukjax.tune import FORWARD_MODE_MAX_PARAMETERS as most
 
     t = load("tune_gradient-cpu-intel-xeon-2c.json")["tuner"]
@@ -427,13 +428,16 @@ def tune_gradient() -> str:
     if "gradient_reverse_stored_saves" in run:
         contenders.append(("reverse mode, saves not rematerialized (before)", "forward",
                            "gradient_reverse_stored_saves", "reverse_stored_saves"))  # fmt: skip
+    if "gradient_forward_vmap_tangents" in run:
+        contenders.append(("forward mode, tangents by the `vmap` program (before)", "forward",
+                           "gradient_forward_vmap_tangents", "forward_vmap_tangents"))  # fmt: skip
     rows = []
     for label, forward, gradient, ratio in contenders:
         rows.append([
             label,
             f"{run[forward]['median_s']:.2f} s",
             f"{run[gradient]['median_s']:.2f} s",
-            bold(f"{t['grad_over_forward'][ratio]:.1f}"),
+            bold(f"{t['grad_over_forward'][ratio]:.2f}"),
             f"{compile_s[forward]:.1f} s / {compile_s[gradient]:.1f} s",
             f"{memory[forward]['peak_estimate_MiB']:.0f} / {memory[gradient]['peak_estimate_MiB']:.0f} MiB "
             f"({t['memory_over_trajectory_states'][gradient]:.1f}×)",

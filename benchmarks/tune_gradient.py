@@ -19,8 +19,13 @@ discrete one by the integration error, and an extra backward solve with vector-J
 
 ``--tangent-costs`` adds what bounds the forward-mode gradient: the time of one right-hand-side evaluation
 over the tuner's scenarios, its primal (``vmap``; entry by entry, as the forward loss runs it) against its
-JVP along the tuner's two directions (the ``vmap`` program diffrax's ``ForwardMode`` runs), and the JVP's
-share of the gradient (6 evaluations per Tsit5 step).
+JVP along the tuner's two directions (the ``vmap`` program; entry by entry behind the output fence, as
+diffrax's ``ForwardMode`` runs it; entry by entry without the fence), and the JVP's share of the gradient (6
+evaluations per Tsit5 step).
+
+``--former-tangents`` adds, interleaved, the forward-mode gradient as it was before its right-hand side's
+tangents ran entry by entry: the ordinary ``vmap`` program for values and tangents
+(``ukjax.simulation.batched_by_entries`` swapped out while tracing).
 
 ``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint) and 5 (α
 per joint and one β), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between them.
@@ -36,6 +41,7 @@ intermediates instead of re-running the post-processing on the way back).
     python3 benchmarks/tune_gradient.py --former-saves   # also the two former post-processings
     python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
     python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4 and 5 numbers
+    python3 benchmarks/tune_gradient.py --former-tangents  # also forward mode with vmap-program tangents
 """
 
 from __future__ import annotations
@@ -127,7 +133,16 @@ def _objective(scenarios: int, steps: int, dt: float):
     return batch, tune_scara.gain_box(dt), forward, gradient
 
 
-def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False) -> dict:
+def _plain_right_hand_side(field, *_):
+    """The right-hand side as it was under ``ForwardMode`` before its tangents ran entry by entry: the
+    ordinary ``vmap`` program for values and tangents (no entrywise wrapper at all)."""
+    return field
+
+
+def tuner_costs(
+    scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False,
+    former_tangents: bool = False,
+) -> dict:  # fmt: skip
     batch, box, forward_of, gradient_of = _objective(scenarios, steps, dt)
     space = tune_scara.space_for(box, 0.5, 200.0)
     theta = space.init()
@@ -141,28 +156,35 @@ def tuner_costs(scenarios: int, steps: int, dt: float, repeats: int, former_save
     compiled["forward"], compile_s["forward"] = _compile(forward, theta, batch)
     for mode in modes:
         compiled[f"gradient_{mode}"], compile_s[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)
+    # (name in ukjax.simulation, its former version, suffix of the programs' keys, programs)
+    formers = []
     if former_saves:
-        formers = (
-            (_vectorized_at_saves, "former_saves",
+        formers += [
+            ("_at_saves", _vectorized_at_saves, "former_saves",
              (("forward", forward), ("gradient_forward", gradient("forward")))),
-            (_stored_at_saves, "stored_saves", (("gradient_reverse", gradient("reverse")),)),
-        )
-        current = simulation._at_saves
+            ("_at_saves", _stored_at_saves, "stored_saves", (("gradient_reverse", gradient("reverse")),)),
+        ]  # fmt: skip
+    if former_tangents:
+        formers.append(("batched_by_entries", _plain_right_hand_side, "vmap_tangents",
+                        (("gradient_forward", gradient("forward")),)))  # fmt: skip
+    for attribute, former, suffix, programs in formers:
+        current = getattr(simulation, attribute)
+        setattr(simulation, attribute, former)  # swapped while tracing
         try:
-            for former, suffix, programs in formers:
-                simulation._at_saves = former
-                jax.clear_caches()
-                for name, fn in programs:
-                    key = f"{name}_{suffix}"
-                    compiled[key], compile_s[key] = _compile(fn, theta, batch)
+            jax.clear_caches()
+            for name, fn in programs:
+                key = f"{name}_{suffix}"
+                compiled[key], compile_s[key] = _compile(fn, theta, batch)
         finally:
-            simulation._at_saves = current
+            setattr(simulation, attribute, current)
             jax.clear_caches()
     memory = {name: _memory(fn) for name, fn in compiled.items()}
     pairs = [(mode, "forward", f"gradient_{mode}") for mode in modes]
     if former_saves:
         pairs.append(("forward_former_saves", "forward_former_saves", "gradient_forward_former_saves"))
         pairs.append(("reverse_stored_saves", "forward", "gradient_reverse_stored_saves"))
+    if former_tangents:
+        pairs.append(("forward_vmap_tangents", "forward", "gradient_forward_vmap_tangents"))
     timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
     loss_f = float(compiled["forward"](theta, batch))
     results = {mode: compiled[f"gradient_{mode}"](theta, batch) for mode in modes}
@@ -203,10 +225,12 @@ def tangent_costs(scenarios: int, steps: int, repeats: int, evaluations: int = 2
     ``scenarios`` states and per-scenario parameters, each program a ``fori_loop`` of ``evaluations``
     evaluations (one dispatch per loop, so its cost is not counted), timed interleaved: the primal under
     ``jax.vmap`` and entry by entry (``ukjax._entrywise``, as the forward loss evaluates it), and its JVP
-    along two directions under ``jax.vmap`` over them (state and gain tangents; the tuner's forward mode,
-    which keeps the ``vmap`` program), and the JVP's share of a forward-mode gradient over ``steps`` Tsit5
-    steps (6 evaluations each)."""
-    from ukjax._entrywise import evaluate_entrywise
+    along two directions under ``jax.vmap`` over them (state and gain tangents) three ways: the ordinary
+    ``vmap`` program, entry by entry with the outputs assembled behind ``ukjax._entrywise._fence`` (what
+    the tuner's forward mode runs), and entry by entry without the fence (swapped out while tracing); and
+    the JVP's share of a forward-mode gradient over ``steps`` Tsit5 steps (6 evaluations each)."""
+    from ukjax import _entrywise
+    from ukjax._entrywise import batched_by_entries, evaluate_entrywise
 
     system = scara.system()
     batch = tune_scara.scenarios(jax.random.PRNGKey(0), scenarios)
@@ -227,12 +251,17 @@ def tangent_costs(scenarios: int, steps: int, repeats: int, evaluations: int = 2
     def primal_entrywise(q, qd):
         return evaluate_entrywise(acceleration, (q, qd, params), (True, True, True))
 
-    def jvp_two_directions(q, qd):
-        def along(dq, dqd, dp):
-            return jax.vmap(lambda *a: jax.jvp(acceleration, a[:3], a[3:]))(q, qd, params, dq, dqd, dp)
+    def jvp_two_directions(f):
+        def evaluate(q, qd):
+            def along(dq, dqd, dp):
+                return jax.vmap(lambda *a: jax.jvp(f, a[:3], a[3:]))(q, qd, params, dq, dqd, dp)
 
-        out, tangents = jax.vmap(along)(tangent_q, tangent_v, gains)
-        return out[0] + tangents[0] + tangents[1]
+            out, tangents = jax.vmap(along)(tangent_q, tangent_v, gains)
+            return out[0] + tangents[0] + tangents[1]
+
+        return evaluate
+
+    by_entries = batched_by_entries(acceleration, tangents_by_entries=True)
 
     def looped(evaluate):
         def run(q, qd):
@@ -244,11 +273,17 @@ def tangent_costs(scenarios: int, steps: int, repeats: int, evaluations: int = 2
     programs = {
         "primal_vmap": looped(primal_vmap),
         "primal_entrywise": looped(primal_entrywise),
-        "jvp_two_directions_vmap": looped(jvp_two_directions),
+        "jvp_two_directions_vmap": looped(jvp_two_directions(acceleration)),
+        "jvp_two_directions_entrywise": looped(jvp_two_directions(by_entries)),
     }
+    fence, _entrywise._fence = _entrywise._fence, lambda assemble, entries: assemble(entries)
+    try:
+        programs["jvp_two_directions_entrywise_unfenced"] = looped(jvp_two_directions(by_entries))
+    finally:
+        _entrywise._fence = fence
     timing = _interleaved(programs, {name: (q0, qd0) for name in programs}, repeats)
     per_evaluation = {name: t["median_s"] / evaluations * 1e6 for name, t in timing.items()}
-    jvp = per_evaluation["jvp_two_directions_vmap"]
+    jvp = per_evaluation["jvp_two_directions_entrywise"]
     return {
         "what": "SCARA right-hand side per evaluation over the tuner's scenarios (fori_loop, no dispatch)",
         "scenarios": scenarios,
@@ -371,6 +406,11 @@ def main() -> None:
         help="also the two former post-processings at the saved times (before/after, interleaved)",
     )
     parser.add_argument(
+        "--former-tangents",
+        action="store_true",
+        help="also the forward-mode gradient with its right-hand side's tangents by the vmap program",
+    )
+    parser.add_argument(
         "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
     )
     args = parser.parse_args()
@@ -378,7 +418,11 @@ def main() -> None:
     from _common import machine_info, write_results
 
     load_before = os.getloadavg()
-    results = {"tuner": tuner_costs(args.scenarios, args.steps, args.dt, args.repeats, args.former_saves)}
+    results = {
+        "tuner": tuner_costs(
+            args.scenarios, args.steps, args.dt, args.repeats, args.former_saves, args.former_tangents
+        )
+    }
     r = results["tuner"]
     run, memory = r["run"], r["memory"]
     for mode in ("forward", "reverse"):
@@ -416,7 +460,9 @@ def main() -> None:
         print(
             f"right-hand side per evaluation ({args.scenarios} scenarios): primal {us['primal_vmap']:.0f} us "
             f"(vmap) / {us['primal_entrywise']:.0f} us (entry by entry), JVP along 2 directions "
-            f"{us['jvp_two_directions_vmap']:.0f} us (vmap): {share:.2f} s of a forward-mode gradient "
+            f"{us['jvp_two_directions_vmap']:.0f} us (vmap), {us['jvp_two_directions_entrywise']:.0f} us "
+            f"(entry by entry; {us['jvp_two_directions_entrywise_unfenced']:.0f} us unfenced): "
+            f"{share:.2f} s of a forward-mode gradient "
             f"(6 evaluations per Tsit5 step x {args.steps} steps)"
         )
     results["load_average"] = {"before": load_before, "after": os.getloadavg()}

@@ -150,7 +150,7 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
         np.testing.assert_allclose(grads[1][key], grads[0][key], rtol=1e-13)
     calls = []
     evaluate = _entrywise._evaluate
-    monkeypatch.setattr(_entrywise, "_evaluate", lambda traced: calls.append(1) or evaluate(traced))
+    monkeypatch.setattr(_entrywise, "_evaluate", lambda *a: calls.append(1) or evaluate(*a))
     small = batched_by_entries(f, min_batch=6)
     for e, got in zip(batched(f, p), jax.jit(batched, static_argnums=0)(small, p), strict=True):
         np.testing.assert_allclose(got, e, rtol=1e-13, atol=1e-14)
@@ -176,9 +176,9 @@ def test_simulate_batch_runs_entrywise_with_the_same_trajectory(monkeypatch):
     calls = []
     original = _entrywise._evaluate
 
-    def counted(traced):
+    def counted(*args):
         calls.append(1)
-        return original(traced)
+        return original(*args)
 
     monkeypatch.setattr(_entrywise, "_evaluate", counted)
     run = lambda: ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.2, dt=1e-3, ts=[0.1, 0.2],
@@ -239,11 +239,58 @@ def test_shipped_models_right_hand_side_equals_vmap(name):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9 * float(jnp.max(jnp.abs(expected))))
 
 
+def test_tangents_by_entries_equal_the_ordinary_jvp_under_two_vmaps(monkeypatch):
+    """batched_by_entries(..., tangents_by_entries=True) under the tuner's nesting (vmap over directions of
+    jvp of vmap over scenarios) evaluates the JVP's jaxpr entry by entry, its outputs assembled behind the
+    fence (a while loop of one trip: in the compiled program), and gives the ordinary JVP's values (reordered
+    sums: rtol 1e-13); the fence alone returns its input exactly."""
+
+    def f(t, y, p):  # every equation has an entry rule (a 2 x 2 solve by Cramer's rule, not LAPACK)
+        q, v = y
+        a, b, d = 2 + jnp.cos(q[1]), 0.3, 1.0 + p["m"]
+        r = -jnp.sin(q) * p["g"] + t * v
+        return v, jnp.stack([d * r[0] - b * r[1], a * r[1] - b * r[0]]) / (a * d - b * b)
+
+    calls = []
+    evaluate = _entrywise._evaluate
+    monkeypatch.setattr(_entrywise, "_evaluate",
+                        lambda traced, fenced=False: calls.append(fenced) or evaluate(traced, fenced))  # noqa: E501
+    g = batched_by_entries(f, tangents_by_entries=True)
+    ts = jnp.linspace(0.0, 1.0, 6)
+    ys = tuple(jnp.asarray(random_normal(jax.random.key(k), (6, 2))) for k in (4, 5))
+    p = {"m": jnp.asarray(0.5), "g": jnp.asarray(9.8)}
+    directions = jnp.asarray(random_normal(jax.random.key(6), (2, 2, 6, 2)))
+
+    def tangents(h):
+        def along(d):
+            return jax.jvp(lambda y: jax.vmap(h, in_axes=(0, 0, None))(ts, y, p), (ys,), ((d[0], d[1]),))
+
+        return jax.vmap(along)(directions)
+
+    expected = jax.jit(lambda: tangents(f))()
+    program = jax.jit(lambda: tangents(g))
+    got = program()
+    assert True in calls, "the tangent rule ran entry by entry, fenced"
+    assert " while(" in program.lower().compile().as_text(), "the fence's loop survives XLA"
+    for e, x in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got), strict=True):
+        np.testing.assert_allclose(x, e, rtol=1e-13, atol=1e-13)
+    values = (jnp.asarray([1.5, -0.0, jnp.inf]), jnp.asarray([jnp.nan, 2.0, -3.0]))
+
+    def fence(a, b):
+        objects = _entrywise._objects((2,), [a, b])
+        return _entrywise._fence(lambda e: [jnp.stack(list(e[0].flat), -1)], [objects])[0]
+
+    fenced = jax.jit(fence)(*values)
+    np.testing.assert_array_equal(fenced, jnp.stack(values, -1))
+    assert bool(jnp.signbit(fenced[1, 0])), "-0.0 * 1 stays -0.0"
+
+
 def test_forward_mode_gradient_of_a_large_batch(monkeypatch):
     """diffrax's ForwardMode (the tuner's forward-mode gradients) over a batch as large as the entrywise
-    threshold, tangents along two directions under vmap as the tuner takes them: the program compiles (it
-    did not when the entrywise primal stood beside the ordinary tangent rule: options keeps vmap's program
-    there) and the derivative matches a central difference (step 1e-6 relative: agreement to ~1e-6)."""
+    threshold, tangents along two directions under vmap as the tuner takes them: the tangents run entry by
+    entry (fenced), the program compiles (it did not when the entrywise primal stood beside the ordinary
+    tangent rule) and the derivative matches a central difference (step 1e-6 relative: agreement to
+    ~1e-6)."""
     import diffrax
 
     system, p = scara.system(), scara.default_params()
@@ -258,8 +305,13 @@ def test_forward_mode_gradient_of_a_large_batch(monkeypatch):
                                    adjoint=diffrax.ForwardMode())  # fmt: skip
         return jnp.sum(sol.qd[:, -1] ** 2)
 
+    calls = []
+    evaluate = _entrywise._evaluate
+    monkeypatch.setattr(_entrywise, "_evaluate",
+                        lambda traced, fenced=False: calls.append(fenced) or evaluate(traced, fenced))  # noqa: E501
     ones = jnp.ones(2)
     tangents = jax.jit(jax.vmap(lambda d: jax.jvp(loss, (ones,), (d,))[1]))(jnp.eye(2))
+    assert True in calls, "ForwardMode's tangents ran entry by entry, fenced"
     h = 1e-6
     for k in range(2):
         e = jnp.eye(2)[k]

@@ -16,10 +16,12 @@ would under ``vmap``: their operands are stacked into arrays, the primitive is b
 and its results are split into entries again. So the values are those of ``jax.vmap(f)`` up to the order
 of floating-point sums in matrix products.
 
-Only the primal values: custom derivative rules are inlined (their primal function evaluated), so callers
-attach derivatives from the ordinary program (:func:`batched_by_entries` does). Platform-dependent code
-(``jax.lax.platform_dependent``) takes the branch of the default backend. Fusion boundaries that ukjax puts
-in its own code (:func:`ukjax.linalg.materialize`) are kept, one per batch vector.
+Only the values of the function it is given: custom derivative rules are inlined (their primal function
+evaluated), so callers attach derivatives, from the ordinary program or from the jaxpr of ``jax.jvp`` of
+the function evaluated entry by entry in turn (:func:`batched_by_entries` does either).
+Platform-dependent code (``jax.lax.platform_dependent``) takes the branch of the default backend. Fusion
+boundaries that ukjax puts in its own code (:func:`ukjax.linalg.materialize`) are kept, one per batch
+vector.
 
 Measured on the SCARA (n = m = 4; 1024 scenarios, 200 RK4 steps in a plain loop, 2-core Intel Xeon): the
 right-hand side under ``vmap`` 241-265 ms, entry by entry 117-121 ms, for the shipped and the user-written
@@ -504,16 +506,53 @@ def _trace(f, args, batched) -> _Traced:
     return _Traced(closed, jax.tree_util.tree_structure(shape), leaves, flags, sizes.pop())
 
 
-def _evaluate(traced: _Traced):
-    """The batch's outputs of a traced f, entry by entry, batch axis first on every leaf."""
+def _evaluate(traced: _Traced, fenced: bool = False):
+    """The batch's outputs of a traced f, entry by entry, batch axis first on every leaf; with ``fenced``,
+    the floating-point outputs are assembled behind :func:`_fence`."""
     inputs = [_entries_of_array(x, b) for x, b in zip(traced.leaves, traced.flags, strict=True)]
     outs = _eval_closed(traced.closed, inputs, traced.size)
-    arrays = []
-    for entries, aval in zip(outs, traced.closed.out_avals, strict=True):
+
+    def assemble(entries, aval):
         arr, is_batched = _assemble(entries, traced.size, aval.dtype)
         arr = jnp.asarray(arr, aval.dtype)
-        arrays.append(arr if is_batched else jnp.broadcast_to(arr, (traced.size, *aval.shape)))
+        return arr if is_batched else jnp.broadcast_to(arr, (traced.size, *aval.shape))
+
+    avals = traced.closed.out_avals
+    behind = [i for i, aval in enumerate(avals) if fenced and jnp.issubdtype(aval.dtype, jnp.inexact)]
+    arrays = [None if i in behind else assemble(entries, aval)
+              for i, (entries, aval) in enumerate(zip(outs, avals, strict=True))]  # fmt: skip
+    if behind:
+        assemble_behind = lambda outs_: [assemble(o, avals[i]) for o, i in zip(outs_, behind, strict=True)]
+        for i, arr in zip(behind, _fence(assemble_behind, [outs[i] for i in behind]), strict=True):
+            arrays[i] = arr
     return jax.tree_util.tree_unflatten(traced.out_tree, arrays)
+
+
+def _fence(assemble, entries):
+    """``assemble(entries)`` (object arrays of entries -> arrays) computed in the body of a while loop of one
+    trip, whose trip count XLA cannot see (``optimization_barrier``), so the loop stays: the entries reach it
+    as computed arrays, and XLA cannot fuse the expressions that produce them into the assembling
+    concatenate. XLA:CPU fuses producers into a concatenate of at most 8 operands on a minor dimension under
+    64 bytes, which a few entries per scenario are: then the whole expression since the last fusion boundary
+    (the tangents of a right-hand side: ~700 operations) runs in one scalar loop, 413 µs per evaluation of
+    the SCARA's JVP along two directions over 256 scenarios, against 156 µs behind the fence (an
+    ``optimization_barrier`` on the entries themselves did not keep them apart: 418 µs). The body multiplies
+    every entry by (trip + 1) = 1, exact, so that XLA cannot hoist the assembly out of the loop."""
+    flat, tree = jax.tree_util.tree_flatten([list(e.flat) for e in entries])
+    if not flat:
+        return assemble(entries)
+
+    def assembled(values):
+        lists = jax.tree_util.tree_unflatten(tree, values)
+        return assemble([_objects(e.shape, vals) for e, vals in zip(entries, lists, strict=True)])
+
+    def body(carry):
+        trip, _ = carry
+        return trip + 1, assembled([x * (trip + 1).astype(jnp.result_type(x)) for x in flat])
+
+    trips = jax.lax.optimization_barrier(jnp.int32(1))
+    zeros = [jnp.zeros(s.shape, s.dtype) for s in jax.eval_shape(assembled, flat)]
+    return jax.lax.while_loop(lambda carry: carry[0] < trips, body, (jnp.int32(0), zeros))[1]
 
 
 def evaluate_entrywise(f, args, batched):
@@ -523,37 +562,47 @@ def evaluate_entrywise(f, args, batched):
     return _evaluate(_trace(f, args, batched))
 
 
-def batched_by_entries(f, min_batch: int = 1):
+def _by_entries(f, min_batch: int, fenced: bool = False):
+    """f under ``jax.vmap`` over at least ``min_batch`` scenarios evaluated by :func:`evaluate_entrywise`
+    (its outputs assembled behind :func:`_fence` if ``fenced``) where every equation has an entry rule, by
+    ``jax.vmap`` otherwise; f itself unbatched. Primal only: a ``custom_vmap`` function has no derivative
+    rules of its own."""
+
+    @jax.custom_batching.custom_vmap
+    def by_entries(*args):
+        return f(*args)
+
+    @by_entries.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        traced = _trace(f, args, in_batched) if axis_size >= min_batch else None
+        if traced is not None and not unruled_primitives(traced.closed.jaxpr):
+            out = _evaluate(traced, fenced)
+        else:
+            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, tuple(in_batched))
+            out = jax.vmap(f, in_axes=axes)(*args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return by_entries
+
+
+def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False):
     """f, evaluated by :func:`evaluate_entrywise` whenever ``jax.vmap`` batches it over at least
     ``min_batch`` scenarios and every equation of f has an entry rule; by ``jax.vmap`` itself otherwise (the
     entrywise program takes longer to trace and compile, which a small batch does not win back, and an
     equation without a rule costs a stack and a split of its operands: the flexible-joint closed loop, whose
     servo solves call LAPACK through ``jnp.linalg.solve``, ran 1.4x slower and compiled 1.8x longer so).
-    Unbatched, f itself; always with the
-    derivatives of f itself (``jax.custom_jvp`` whose rule is ``jax.jvp`` of f, so custom derivative rules
-    inside f apply as before and tangents are computed by the ordinary batched program, which reverse mode
-    transposes). The arguments must be arrays (pytrees of them).
+    Unbatched, f itself. The arguments must be arrays (pytrees of them).
 
-    Not for diffrax's ``ForwardMode``: there the rule's batched tangents may come back in another layout
-    than the entrywise primal's (batch first), and jaxlib 0.10 then lowers the tangent loop with operands
-    of transposed shape (an MLIR verifier error); :func:`ukjax.simulate` evaluates such programs by ``vmap``.
-    Evaluating the rule entry by entry too (its jaxpr, tangents included) avoids the error but ran the
-    SCARA tuning gradient 3.3x slower: the two tangents of the tuner's ``vmap`` over directions make every
-    entry a (2, N) array."""
-
-    @jax.custom_batching.custom_vmap
-    def primal(*args):
-        return f(*args)
-
-    @primal.def_vmap
-    def _rule(axis_size, in_batched, *args):
-        traced = _trace(f, args, in_batched) if axis_size >= min_batch else None
-        if traced is not None and not unruled_primitives(traced.closed.jaxpr):
-            out = _evaluate(traced)
-        else:
-            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, tuple(in_batched))
-            out = jax.vmap(f, in_axes=axes)(*args)
-        return out, jax.tree_util.tree_map(lambda _: True, out)
+    Derivatives are those of f (``jax.custom_jvp`` whose rule is ``jax.jvp`` of f, so custom derivative rules
+    inside f apply as before). By default the rule is the ordinary batched program, which reverse mode can
+    transpose. ``tangents_by_entries=True`` evaluates the rule entry by entry too (the jaxpr of ``jax.jvp``
+    of f, tangents included, its outputs assembled behind :func:`_fence`), for forward mode only (diffrax's
+    ``ForwardMode``; it cannot be transposed): the SCARA's JVP along the tuner's two directions over 256
+    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. (Without this flag,
+    under ``ForwardMode`` the entrywise primal beside the ordinary tangent rule made jaxlib 0.10 lower the
+    tangent loop with operands of transposed layout, an MLIR verifier error.)"""
+    primal = _by_entries(f, min_batch)
+    tangent_program = _by_entries(_jvp_of(f), min_batch, fenced=True) if tangents_by_entries else _jvp_of(f)
 
     @jax.custom_jvp
     def g(*args):
@@ -561,6 +610,10 @@ def batched_by_entries(f, min_batch: int = 1):
 
     @g.defjvp
     def _jvp(primals, tangents):
-        return jax.jvp(f, primals, tangents)
+        return tangent_program(primals, tangents)
 
     return g
+
+
+def _jvp_of(f):
+    return lambda primals, tangents: jax.jvp(f, primals, tangents)

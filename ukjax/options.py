@@ -116,6 +116,8 @@ class _Config(eqx.Module):
     # Fewest scenarios per vmap whose right-hand side is evaluated entry by entry; None: never (see
     # ENTRYWISE_MAX_N, ENTRYWISE_MIN_BATCH).
     entrywise_min_batch: int | None = eqx.field(static=True, default=None)
+    # Its tangents too (diffrax's ForwardMode only: see ukjax._entrywise.batched_by_entries).
+    entrywise_tangents: bool = eqx.field(static=True, default=False)
 
 
 STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
@@ -291,12 +293,8 @@ def _prepare(
         progress=bool(progress),
         throw=bool(throw),
         adjoint=adjoint,
-        # Not under diffrax's ForwardMode (the tuner's forward-mode gradients): see batched_by_entries.
-        entrywise_min_batch=(
-            ENTRYWISE_MIN_BATCH
-            if system.n <= ENTRYWISE_MAX_N and not isinstance(adjoint, diffrax.ForwardMode)
-            else None
-        ),
+        entrywise_min_batch=ENTRYWISE_MIN_BATCH if system.n <= ENTRYWISE_MAX_N else None,
+        entrywise_tangents=system.n <= ENTRYWISE_MAX_N and isinstance(adjoint, diffrax.ForwardMode),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(

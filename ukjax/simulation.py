@@ -142,10 +142,12 @@ def _state_derivative(system, config, numbers):
 
 def _batched_state_derivative(system, config, numbers):
     """:func:`_state_derivative`, evaluated entry by entry under the batch's ``vmap``
-    (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums, derivatives from the
-    ordinary program) where ``config.entrywise_min_batch`` says so (:data:`ukjax.options.ENTRYWISE_MAX_N`,
-    :data:`ukjax.options.ENTRYWISE_MIN_BATCH`). The arrays the right-hand side closes over (the system's,
-    the tolerances) are passed as arguments: a custom batching rule takes no batched closure."""
+    (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums) where
+    ``config.entrywise_min_batch`` says so (:data:`ukjax.options.ENTRYWISE_MAX_N`,
+    :data:`ukjax.options.ENTRYWISE_MIN_BATCH`); its tangents too under diffrax's ``ForwardMode``
+    (``config.entrywise_tangents``), else from the ordinary program, which reverse mode transposes. The
+    arrays the right-hand side closes over (the system's, the tolerances) are passed as arguments: a custom
+    batching rule takes no batched closure."""
     if config.entrywise_min_batch is None:
         return _state_derivative(system, config, numbers)
     dynamic, static = eqx.partition((system, numbers), eqx.is_array)
@@ -154,7 +156,7 @@ def _batched_state_derivative(system, config, numbers):
         system_, numbers_ = eqx.combine(dynamic, static)
         return _state_derivative(system_, config, numbers_)(t, y, p)
 
-    batched = batched_by_entries(field, config.entrywise_min_batch)
+    batched = batched_by_entries(field, config.entrywise_min_batch, config.entrywise_tangents)
     return lambda t, y, p: batched(t, y, p, dynamic)
 
 

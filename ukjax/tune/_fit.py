@@ -204,10 +204,11 @@ def resolve_gradient_mode(mode: str, theta) -> str:
     forward pass plus about one right-hand-side JVP per tangent, and nothing of the trajectory is stored.
     Reverse mode (``RecursiveCheckpointAdjoint``) stores one state per step and recomputes each step with its
     VJP on the way back, whatever k is; it wins for many parameters. On the SCARA objective (256 scenarios ×
-    1000 steps, ``benchmarks/tune_gradient.py --crossover``, 2-core Intel Xeon, forward loss 0.51-0.55 s)
-    forward mode takes 1.72, 2.70 and 3.28 s for k = 2, 4 and 5, reverse mode 2.98, 3.01 and 3.11 s: they
-    cross between 4 and 5 (forward mode's tangents run the ``vmap`` program, about 0.5 s each, while the
-    forward loss runs its right-hand side entry by entry; before that they crossed near k = 6 to 7)."""
+    1000 steps, ``benchmarks/tune_gradient.py --crossover``, 2-core Intel Xeon, forward loss 0.48-0.49 s)
+    forward mode takes 1.51, 2.35 and 2.91 s for k = 2, 4 and 5, reverse mode 2.96, 2.87 and 2.97 s: even at
+    k = 5, where forward mode also plans less than half the memory (with the tangents by the ``vmap``
+    program they crossed between 4 and 5: 2.66 / 3.18 s against 2.88 / 2.95 s; before the forward loss ran
+    entry by entry, near k = 6 to 7)."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
     if mode != "auto":
