@@ -534,11 +534,10 @@ def _fence(assemble, entries):
     as computed arrays, and XLA cannot fuse the expressions that produce them into the assembling
     concatenate. XLA:CPU fuses producers into a concatenate of at most 8 operands on a minor dimension under
     64 bytes, which a few entries per scenario are: then the whole expression since the last fusion boundary
-    runs in one scalar loop. For the tangents of the SCARA's right-hand side (~700 operations) along two
-    directions over 256 scenarios that took 413 µs per evaluation, against 156 µs behind the fence (an
-    ``optimization_barrier`` on the entries themselves did not keep them apart: 418 µs); for its values,
-    ``simulate_batch`` of 1024 scenarios x 200 RK4 steps took 194 against 174 ms. The body multiplies every
-    entry by (trip + 1) = 1, exact, so that XLA cannot hoist the assembly out of the loop."""
+    (the tangents of a right-hand side: ~700 operations) runs in one scalar loop, 413 µs per evaluation of
+    the SCARA's JVP along two directions over 256 scenarios, against 156 µs behind the fence (an
+    ``optimization_barrier`` on the entries themselves did not keep them apart: 418 µs). The body multiplies
+    every entry by (trip + 1) = 1, exact, so that XLA cannot hoist the assembly out of the loop."""
     flat, tree = jax.tree_util.tree_flatten([list(e.flat) for e in entries])
     if not flat:
         return assemble(entries)
@@ -563,11 +562,11 @@ def evaluate_entrywise(f, args, batched):
     return _evaluate(_trace(f, args, batched))
 
 
-def _by_entries(f, min_batch: int):
-    """f under ``jax.vmap`` over at least ``min_batch`` scenarios evaluated by :func:`evaluate_entrywise`,
-    its outputs assembled behind :func:`_fence`, where every equation has an entry rule, by ``jax.vmap``
-    otherwise; f itself unbatched. Primal only: a ``custom_vmap`` function has no derivative rules of its
-    own."""
+def _by_entries(f, min_batch: int, fenced: bool = False):
+    """f under ``jax.vmap`` over at least ``min_batch`` scenarios evaluated by :func:`evaluate_entrywise`
+    (its outputs assembled behind :func:`_fence` if ``fenced``) where every equation has an entry rule, by
+    ``jax.vmap`` otherwise; f itself unbatched. Primal only: a ``custom_vmap`` function has no derivative
+    rules of its own."""
 
     @jax.custom_batching.custom_vmap
     def by_entries(*args):
@@ -577,7 +576,7 @@ def _by_entries(f, min_batch: int):
     def _rule(axis_size, in_batched, *args):
         traced = _trace(f, args, in_batched) if axis_size >= min_batch else None
         if traced is not None and not unruled_primitives(traced.closed.jaxpr):
-            out = _evaluate(traced, True)  # fenced
+            out = _evaluate(traced, fenced)
         else:
             axes = jax.tree_util.tree_map(lambda b: 0 if b else None, tuple(in_batched))
             out = jax.vmap(f, in_axes=axes)(*args)
@@ -597,13 +596,15 @@ def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False)
     Derivatives are those of f (``jax.custom_jvp`` whose rule is ``jax.jvp`` of f, so custom derivative rules
     inside f apply as before). By default the rule is the ordinary batched program, which reverse mode can
     transpose. ``tangents_by_entries=True`` evaluates the rule entry by entry too (the jaxpr of ``jax.jvp``
-    of f, tangents included), for forward mode only (diffrax's
+    of f, tangents included, its outputs assembled behind :func:`_fence`), for forward mode only (diffrax's
     ``ForwardMode``; it cannot be transposed): the SCARA's JVP along the tuner's two directions over 256
-    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. (Without this flag,
-    under ``ForwardMode`` the entrywise primal beside the ordinary tangent rule made jaxlib 0.10 lower the
-    tangent loop with operands of transposed layout, an MLIR verifier error.)"""
+    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. The values' own program
+    is not fenced: that was faster for 1024 scenarios in chunks of 256 (RK4 176 against 198 ms) but slower
+    for 256 in one chunk (Tsit5 108 against 92 ms; the tuner's forward loss 566 against 494 ms). (Without
+    this flag, under ``ForwardMode`` the entrywise primal beside the ordinary tangent rule made jaxlib 0.10
+    lower the tangent loop with operands of transposed layout, an MLIR verifier error.)"""
     primal = _by_entries(f, min_batch)
-    tangent_program = _by_entries(_jvp_of(f), min_batch) if tangents_by_entries else _jvp_of(f)
+    tangent_program = _by_entries(_jvp_of(f), min_batch, fenced=True) if tangents_by_entries else _jvp_of(f)
 
     @jax.custom_jvp
     def g(*args):
