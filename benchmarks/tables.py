@@ -123,6 +123,7 @@ USER_MODEL_RUNS = (
     "throughput-user-model-cpu-n1024.json",
     "throughput-user-model-cpu-default-isolated-n1024.json",
     "throughput-user-model-cpu-entrywise-isolated-n1024.json",
+    "throughput-user-model-cpu-fenced-isolated-n1024.json",
 )
 USER_MODEL_CONTENDERS = ("ukjax_user_scara", "naive_jax_user_scara", "ukjax_scara", "naive_jax_scara")
 

@@ -197,6 +197,33 @@ def test_simulate_batch_runs_entrywise_with_the_same_trajectory(monkeypatch):
     np.testing.assert_array_equal(entrywise.status, ordinary.status)
 
 
+def test_chunked_batch_fences_its_values_and_keeps_the_trajectory(monkeypatch):
+    """simulate_batch looping over chunks assembles the entrywise values behind the fence (measured faster
+    there), in one piece it does not; the trajectories agree to rounding (the fence multiplies by 1: the
+    same values; the chunked program is another compilation, 1e-13 rad)."""
+    system, p = scara.system(), scara.default_params()
+    q0, qd0 = scara.initial_state(p)
+    size = 2 * options.ENTRYWISE_MIN_BATCH
+    q0s = q0 + jnp.linspace(0.0, 1e-3, size)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
+    qd0s = jnp.tile(qd0, (size, 1))
+    calls = []
+    evaluate = _entrywise._evaluate
+    monkeypatch.setattr(_entrywise, "_evaluate", lambda *a: calls.append(a[1:] == (True,)) or evaluate(*a))
+
+    def run(chunk):
+        calls.clear()
+        sol = ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.05, dt=1e-3, ts=[0.05], solver=ukjax.RK4(),
+                                   chunk_size=chunk)  # fmt: skip
+        return sol, list(calls)
+
+    whole, whole_calls = run(None)
+    chunked, chunked_calls = run(options.ENTRYWISE_MIN_BATCH)
+    assert whole_calls and not any(whole_calls), "in one piece: entry by entry, not fenced"
+    assert chunked_calls and all(chunked_calls), "over chunks: entry by entry, fenced"
+    np.testing.assert_allclose(chunked.q, whole.q, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(chunked.qd, whole.qd, rtol=0, atol=1e-11)
+
+
 def _model_cases():
     from ukjax.control import closed_loop_acceleration
     from ukjax.models import chain, coordinated_robots, flexible_joint, spiral, two_mass_spring

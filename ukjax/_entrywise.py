@@ -585,7 +585,7 @@ def _by_entries(f, min_batch: int, fenced: bool = False):
     return by_entries
 
 
-def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False):
+def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False, fenced_values: bool = False):
     """f, evaluated by :func:`evaluate_entrywise` whenever ``jax.vmap`` batches it over at least
     ``min_batch`` scenarios and every equation of f has an entry rule; by ``jax.vmap`` itself otherwise (the
     entrywise program takes longer to trace and compile, which a small batch does not win back, and an
@@ -598,12 +598,14 @@ def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False)
     transpose. ``tangents_by_entries=True`` evaluates the rule entry by entry too (the jaxpr of ``jax.jvp``
     of f, tangents included, its outputs assembled behind :func:`_fence`), for forward mode only (diffrax's
     ``ForwardMode``; it cannot be transposed): the SCARA's JVP along the tuner's two directions over 256
-    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. The values' own program
-    is not fenced: that was faster for 1024 scenarios in chunks of 256 (RK4 176 against 198 ms) but slower
-    for 256 in one chunk (Tsit5 108 against 92 ms; the tuner's forward loss 566 against 494 ms). (Without
+    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. ``fenced_values=True``
+    assembles the values behind the fence too: :func:`ukjax.simulate_batch` asks for it where it loops over
+    chunks of scenarios, where it was faster (SCARA, RK4, 200 steps: 512 scenarios 87 against 99 ms, 1024
+    173 against 196 ms), not for a batch in one piece, where it was slower at 256 scenarios (RK4 75 against
+    66 ms, Tsit5 108 against 92 ms, the tuner's forward loss 566 against 494 ms). (Without
     this flag, under ``ForwardMode`` the entrywise primal beside the ordinary tangent rule made jaxlib 0.10
     lower the tangent loop with operands of transposed layout, an MLIR verifier error.)"""
-    primal = _by_entries(f, min_batch)
+    primal = _by_entries(f, min_batch, fenced=fenced_values)
     tangent_program = _by_entries(_jvp_of(f), min_batch, fenced=True) if tangents_by_entries else _jvp_of(f)
 
     @jax.custom_jvp

@@ -118,6 +118,8 @@ class _Config(eqx.Module):
     entrywise_min_batch: int | None = eqx.field(static=True, default=None)
     # Its tangents too (diffrax's ForwardMode only: see ukjax._entrywise.batched_by_entries).
     entrywise_tangents: bool = eqx.field(static=True, default=False)
+    # Its values assembled behind ukjax._entrywise._fence (simulate_batch sets it where it loops over chunks).
+    entrywise_fenced_values: bool = eqx.field(static=True, default=False)
 
 
 STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
