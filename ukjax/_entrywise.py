@@ -598,13 +598,15 @@ def batched_by_entries(f, min_batch: int = 1, tangents_by_entries: bool = False,
     transpose. ``tangents_by_entries=True`` evaluates the rule entry by entry too (the jaxpr of ``jax.jvp``
     of f, tangents included, its outputs assembled behind :func:`_fence`), for forward mode only (diffrax's
     ``ForwardMode``; it cannot be transposed): the SCARA's JVP along the tuner's two directions over 256
-    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. ``fenced_values=True``
-    assembles the values behind the fence too: :func:`ukjax.simulate_batch` asks for it where it loops over
-    chunks of scenarios, where it was faster (SCARA, RK4, 200 steps: 512 scenarios 87 against 99 ms, 1024
-    173 against 196 ms), not for a batch in one piece, where it was slower at 256 scenarios (RK4 75 against
-    66 ms, Tsit5 108 against 92 ms, the tuner's forward loss 566 against 494 ms). (Without
-    this flag, under ``ForwardMode`` the entrywise primal beside the ordinary tangent rule made jaxlib 0.10
-    lower the tangent loop with operands of transposed layout, an MLIR verifier error.)"""
+    scenarios, 195-202 µs per evaluation as the ordinary program, takes 155 µs so. (Under ``ForwardMode``
+    the entrywise primal beside the ordinary tangent rule made jaxlib 0.10 lower the tangent loop with
+    operands of transposed layout, an MLIR verifier error.)
+
+    ``fenced_values=True`` assembles the values behind the fence too: :func:`ukjax.simulate_batch` asks for
+    it where it loops over chunks of scenarios, where it was faster (SCARA, RK4, 200 steps: 512 scenarios 87
+    against 99 ms, 1024 173 against 196 ms), not for a batch in one piece, where it was slower at 256
+    scenarios (RK4 75 against 66 ms, Tsit5 108 against 92 ms, the tuner's forward loss 566 against 494
+    ms)."""
     primal = _by_entries(f, min_batch, fenced=fenced_values)
     tangent_program = _by_entries(_jvp_of(f), min_batch, fenced=True) if tangents_by_entries else _jvp_of(f)
 
