@@ -4,6 +4,7 @@ Runs on whichever ukjax source tree is first on PYTHONPATH (the current one or a
 API that both have: ``ukjax.simulate_batch``, ``ukjax.models.scara``, ``ukjax.demo.sample_scenarios``.
 """
 
+import inspect
 import json
 import os
 import resource
@@ -107,7 +108,7 @@ def rhs(system, q0s, qd0s, batch):
         M, Q = system.mass_matrix(q, 0.3, p), system.given_force(q, qd, 0.3, p)
         A, b = stack_blocks(system.constraint_blocks(q, qd, 0.3, p), 4, q.dtype)
         rtol = jnp.asarray(dynamics.gram_rtol(4, 4), q.dtype)
-        method = dynamics.GRAM_METHODS[0]  # "ldl", the default of ukjax.System and ukjax.simulate
+        method = inspect.signature(ukjax.simulate).parameters["method"].default
         if custom:
             return dynamics._eq35_terms(method, M, Q, A, b, None, rtol)[0]
         return dynamics._eq35_forward(method, M, Q, A, b, None, rtol)[0][0]

@@ -508,24 +508,19 @@ def _trace(f, args, batched) -> _Traced:
 
 def _evaluate(traced: _Traced, fenced: bool = False):
     """The batch's outputs of a traced f, entry by entry, batch axis first on every leaf; with ``fenced``,
-    the floating-point outputs are assembled behind :func:`_fence`."""
+    assembled behind :func:`_fence`."""
     inputs = [_entries_of_array(x, b) for x, b in zip(traced.leaves, traced.flags, strict=True)]
     outs = _eval_closed(traced.closed, inputs, traced.size)
 
-    def assemble(entries, aval):
-        arr, is_batched = _assemble(entries, traced.size, aval.dtype)
-        arr = jnp.asarray(arr, aval.dtype)
-        return arr if is_batched else jnp.broadcast_to(arr, (traced.size, *aval.shape))
+    def assemble(outs_):
+        arrays = []
+        for entries, aval in zip(outs_, traced.closed.out_avals, strict=True):
+            arr, is_batched = _assemble(entries, traced.size, aval.dtype)
+            arr = jnp.asarray(arr, aval.dtype)
+            arrays.append(arr if is_batched else jnp.broadcast_to(arr, (traced.size, *aval.shape)))
+        return arrays
 
-    avals = traced.closed.out_avals
-    behind = [i for i, aval in enumerate(avals) if fenced and jnp.issubdtype(aval.dtype, jnp.inexact)]
-    arrays = [None if i in behind else assemble(entries, aval)
-              for i, (entries, aval) in enumerate(zip(outs, avals, strict=True))]  # fmt: skip
-    if behind:
-        assemble_behind = lambda outs_: [assemble(o, avals[i]) for o, i in zip(outs_, behind, strict=True)]
-        for i, arr in zip(behind, _fence(assemble_behind, [outs[i] for i in behind]), strict=True):
-            arrays[i] = arr
-    return jax.tree_util.tree_unflatten(traced.out_tree, arrays)
+    return jax.tree_util.tree_unflatten(traced.out_tree, _fence(assemble, outs) if fenced else assemble(outs))
 
 
 def _fence(assemble, entries):

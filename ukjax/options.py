@@ -116,10 +116,15 @@ class _Config(eqx.Module):
     # Fewest scenarios per vmap whose right-hand side is evaluated entry by entry; None: never (see
     # ENTRYWISE_MAX_N, ENTRYWISE_MIN_BATCH).
     entrywise_min_batch: int | None = eqx.field(static=True, default=None)
-    # Its tangents too (diffrax's ForwardMode only: see ukjax._entrywise.batched_by_entries).
-    entrywise_tangents: bool = eqx.field(static=True, default=False)
     # Its values assembled behind ukjax._entrywise._fence (simulate_batch sets it where it loops over chunks).
     entrywise_fenced_values: bool = eqx.field(static=True, default=False)
+
+
+    @property
+    def entrywise_tangents(self) -> bool:
+        """Its tangents entry by entry too: under diffrax's ``ForwardMode`` only (it cannot be transposed;
+        see ukjax._entrywise.batched_by_entries)."""
+        return self.entrywise_min_batch is not None and isinstance(self.adjoint, diffrax.ForwardMode)
 
 
 STATIC_OPTIONS = tuple(name for name in _OPTIONS if name in {f.name for f in dataclasses.fields(_Config)})
@@ -296,7 +301,6 @@ def _prepare(
         throw=bool(throw),
         adjoint=adjoint,
         entrywise_min_batch=ENTRYWISE_MIN_BATCH if system.n <= ENTRYWISE_MAX_N else None,
-        entrywise_tangents=system.n <= ENTRYWISE_MAX_N and isinstance(adjoint, diffrax.ForwardMode),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(
