@@ -412,8 +412,9 @@ def compile_and_gradient() -> str:
 def tune_gradient() -> str:
     """The tuning objective's forward loss against its value and gradient in each mode (current code), and the
     two former post-processings at the saved times (``--former-saves``): forward mode with it vectorized over
-    the saves, reverse mode with its loop not rematerialized; and forward mode with the right-hand side's
-    tangents by the ``vmap`` program (``--former-tangents``)."""
+    the saves, reverse mode with its loop not rematerialized; forward mode with the right-hand side's
+    tangents by the ``vmap`` program (``--former-tangents``) and with the UK solve's former tangent rule
+    (``--former-solve-tangents``)."""
     from ukjax.tune import FORWARD_MODE_MAX_PARAMETERS as most
 
     t = load("tune_gradient-cpu-intel-xeon-2c.json")["tuner"]
@@ -432,6 +433,10 @@ def tune_gradient() -> str:
     if "gradient_forward_vmap_tangents" in run:
         contenders.append(("forward mode, tangents by the `vmap` program (before)", "forward",
                            "gradient_forward_vmap_tangents", "forward_vmap_tangents"))  # fmt: skip
+    if "gradient_forward_former_solve_tangents" in run:
+        contenders.append(("forward mode, the UK solve's former tangent rule (before)", "forward",
+                           "gradient_forward_former_solve_tangents",
+                           "forward_former_solve_tangents"))  # fmt: skip
     rows = []
     for label, forward, gradient, ratio in contenders:
         rows.append([

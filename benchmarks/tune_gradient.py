@@ -27,6 +27,11 @@ evaluations per Tsit5 step).
 tangents ran entry by entry: the ordinary ``vmap`` program for values and tangents
 (``ukjax.simulation.batched_by_entries`` swapped out while tracing).
 
+``--former-solve-tangents`` adds, interleaved, the forward-mode gradient with the tangent rule of the UK
+solve (``ukjax.dynamics._eq35_terms``) as it was before it materialized the right-hand sides of its solves
+and dropped the Golub-Pereyra r⊥ column for method "ldl" (``ukjax.dynamics._multiplier_tangent`` swapped
+while tracing).
+
 ``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint) and 5 (α
 per joint and one β), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between them.
 
@@ -42,6 +47,7 @@ intermediates instead of re-running the post-processing on the way back).
     python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
     python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4 and 5 numbers
     python3 benchmarks/tune_gradient.py --former-tangents  # also forward mode with vmap-program tangents
+    python3 benchmarks/tune_gradient.py --former-solve-tangents  # also the former UK-solve tangent rule
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
-from ukjax import simulation, tune
+from ukjax import dynamics, simulation, tune
+from ukjax.linalg import cho_solve, small_matmul
 from ukjax.models import scara
 from ukjax.studies import tune_scara
 
@@ -139,9 +146,19 @@ def _plain_right_hand_side(field, *_):
     return field
 
 
+def _former_multiplier_tangent(method, f, A, dM, dA, db, acc, lam, dforce):
+    """``ukjax.dynamics._multiplier_tangent`` as it was: the r⊥ column for every method, no materialized
+    right-hand sides."""
+    mm = small_matmul
+    rhs = jnp.stack([dforce - mm(dM, acc) + mm(dA.T, lam), mm(dA.T, f.r_perp)], axis=1)
+    x_y = cho_solve(f.L, rhs)
+    x, y = x_y[:, 0], x_y[:, 1]
+    return x, mm(f.G_pinv, db - mm(dA, acc) - mm(A, x) + mm(f.G_pinv, mm(A, y)))
+
+
 def tuner_costs(
     scenarios: int, steps: int, dt: float, repeats: int, former_saves: bool = False,
-    former_tangents: bool = False,
+    former_tangents: bool = False, former_solve_tangents: bool = False,
 ) -> dict:  # fmt: skip
     batch, box, forward_of, gradient_of = _objective(scenarios, steps, dt)
     space = tune_scara.space_for(box, 0.5, 200.0)
@@ -156,27 +173,31 @@ def tuner_costs(
     compiled["forward"], compile_s["forward"] = _compile(forward, theta, batch)
     for mode in modes:
         compiled[f"gradient_{mode}"], compile_s[f"gradient_{mode}"] = _compile(gradient(mode), theta, batch)
-    # (name in ukjax.simulation, its former version, suffix of the programs' keys, programs)
+    # (module, name in it, its former version, suffix of the programs' keys, programs)
     formers = []
     if former_saves:
         formers += [
-            ("_at_saves", _vectorized_at_saves, "former_saves",
+            (simulation, "_at_saves", _vectorized_at_saves, "former_saves",
              (("forward", forward), ("gradient_forward", gradient("forward")))),
-            ("_at_saves", _stored_at_saves, "stored_saves", (("gradient_reverse", gradient("reverse")),)),
+            (simulation, "_at_saves", _stored_at_saves, "stored_saves",
+             (("gradient_reverse", gradient("reverse")),)),
         ]  # fmt: skip
     if former_tangents:
-        formers.append(("batched_by_entries", _plain_right_hand_side, "vmap_tangents",
+        formers.append((simulation, "batched_by_entries", _plain_right_hand_side, "vmap_tangents",
                         (("gradient_forward", gradient("forward")),)))  # fmt: skip
-    for attribute, former, suffix, programs in formers:
-        current = getattr(simulation, attribute)
-        setattr(simulation, attribute, former)  # swapped while tracing
+    if former_solve_tangents:
+        formers.append((dynamics, "_multiplier_tangent", _former_multiplier_tangent, "former_solve_tangents",
+                        (("gradient_forward", gradient("forward")),)))  # fmt: skip
+    for module, attribute, former, suffix, programs in formers:
+        current = getattr(module, attribute)
+        setattr(module, attribute, former)  # swapped while tracing
         try:
             jax.clear_caches()
             for name, fn in programs:
                 key = f"{name}_{suffix}"
                 compiled[key], compile_s[key] = _compile(fn, theta, batch)
         finally:
-            setattr(simulation, attribute, current)
+            setattr(module, attribute, current)
             jax.clear_caches()
     memory = {name: _memory(fn) for name, fn in compiled.items()}
     pairs = [(mode, "forward", f"gradient_{mode}") for mode in modes]
@@ -185,6 +206,8 @@ def tuner_costs(
         pairs.append(("reverse_stored_saves", "forward", "gradient_reverse_stored_saves"))
     if former_tangents:
         pairs.append(("forward_vmap_tangents", "forward", "gradient_forward_vmap_tangents"))
+    if former_solve_tangents:
+        pairs.append(("forward_former_solve_tangents", "forward", "gradient_forward_former_solve_tangents"))
     timing = _interleaved(compiled, {name: (theta, batch) for name in compiled}, repeats)
     loss_f = float(compiled["forward"](theta, batch))
     results = {mode: compiled[f"gradient_{mode}"](theta, batch) for mode in modes}
@@ -296,15 +319,20 @@ def tangent_costs(scenarios: int, steps: int, repeats: int, evaluations: int = 2
 
 def mode_crossover(scenarios: int, steps: int, dt: float, repeats: int) -> dict:
     """Forward- against reverse-mode gradients of the same SCARA objective for k = 4 tuned numbers (α per
-    joint) and k = 5 (α per joint, one β), timed interleaved with the forward loss: where
-    ``tune.FORWARD_MODE_MAX_PARAMETERS`` should switch (k = 2 is :func:`tuner_costs`)."""
+    joint), k = 5 (α per joint, one β) and k = 8 (α and β per joint), timed interleaved with the forward
+    loss: where ``tune.FORWARD_MODE_MAX_PARAMETERS`` should switch (k = 2 is :func:`tuner_costs`)."""
     batch, box, forward_of, gradient_of = _objective(scenarios, steps, dt)
     params = scara.default_params()
     params["alpha"], params["beta"] = jnp.full(4, 0.5), jnp.full(4, 200.0)
     alpha = tune.log(lower=box["alpha"][0], upper=box["alpha"][1])
     beta = tune.log(lower=box["beta"][0], upper=box["beta"][1], shared=True)
+    beta_per_joint = tune.log(lower=box["beta"][0], upper=box["beta"][1])
     out = {}
-    for k, transforms in ((4, {"alpha": alpha}), (5, {"alpha": alpha, "beta": beta})):
+    for k, transforms in (
+        (4, {"alpha": alpha}),
+        (5, {"alpha": alpha, "beta": beta}),
+        (8, {"alpha": alpha, "beta": beta_per_joint}),
+    ):
         space = tune.Parametrization(params, transforms)
         theta = space.init()
         compiled = {"forward": _compile(forward_of(space), theta, batch)[0]}
@@ -411,6 +439,11 @@ def main() -> None:
         help="also the forward-mode gradient with its right-hand side's tangents by the vmap program",
     )
     parser.add_argument(
+        "--former-solve-tangents",
+        action="store_true",
+        help="also the forward-mode gradient with the former tangent rule of the UK solve",
+    )
+    parser.add_argument(
         "--out", default=None, help="result file (default benchmarks/results/tune_gradient-<cpu>.json)"
     )
     args = parser.parse_args()
@@ -420,7 +453,8 @@ def main() -> None:
     load_before = os.getloadavg()
     results = {
         "tuner": tuner_costs(
-            args.scenarios, args.steps, args.dt, args.repeats, args.former_saves, args.former_tangents
+            args.scenarios, args.steps, args.dt, args.repeats, args.former_saves, args.former_tangents,
+            args.former_solve_tangents,
         )
     }
     r = results["tuner"]
@@ -435,6 +469,9 @@ def main() -> None:
             f"({r['memory_over_trajectory_states'][name]:.2f}x the trajectory's states)",
             flush=True,
         )
+    for pair, ratio in r["grad_over_forward"].items():
+        if pair not in ("forward", "reverse"):
+            print(f"  {pair}: gradient / forward pass {ratio:.2f}")
     print(
         f"forward and reverse gradients differ by {r['forward_vs_reverse_relative_difference']:.1e}",
         "(relative)",

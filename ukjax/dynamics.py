@@ -86,6 +86,7 @@ from ukjax.linalg import (
     cho_solve,
     cholesky,
     gram,
+    materialize,
     pinv,
     psd_ginv,
     psd_pinv,
@@ -334,12 +335,35 @@ def _eq35_terms(method, M, Q, A, b, c, rtol):
 
     The last term of dλ vanishes for consistent constraints (r⊥ = 0); it makes the derivative that of the
     least-squares acceleration otherwise. Exact wherever the rank of A is locally constant, as the
-    Golub-Pereyra formula it comes from. The ideal force Aᵀλ_Q has the same tangent with Q in place of F,
-    and the non-ideal force follows from M q̈ = Q + Q^c_id + Q^c_nid. Cost: a few small products and one
-    triangular solve pair with the forward Cholesky factor, against autodiff through the factorizations
+    Golub-Pereyra formula it comes from. The reflexive generalized inverse of method "ldl",
+    G⁻ = Π [G_KK⁻¹ 0; 0 0] Πᵀ on the kept pivots K, has dG⁻ = -G⁻ dG G⁻ wherever the pivot order and K are
+    locally constant, so its λ = G⁻ r (r = b - A M⁻¹F) has dλ = G⁻(dr - dG λ) = G⁻(db - dA q̈ - A x): the
+    formula above without the r⊥ term, exact for inconsistent constraints too. The ideal force Aᵀλ_Q has the
+    same tangent with Q in place of F, and the non-ideal force follows from M q̈ = Q + Q^c_id + Q^c_nid.
+    Cost: a few small products and one triangular solve pair with the forward Cholesky factor (a second
+    right-hand side for the r⊥ term of G⁺), against autodiff through the factorizations
     (``benchmarks/compile_and_gradient.py`` measures both).
     """
     return _eq35_forward(method, M, Q, A, b, c, rtol)[0]
+
+
+def _multiplier_tangent(method, f, A, dM, dA, db, acc, lam, dforce):
+    """(x, dλ) of :func:`_eq35_terms`'s tangent for the multiplier λ of the force ``dforce``'s primal
+    (acceleration ``acc``), from the forward solve's factors ``f``: with the Golub-Pereyra r⊥ term for G⁺
+    (method "cholesky"), without it for the G⁻ of "ldl"."""
+    mm = small_matmul
+    least_squares = method == "cholesky"
+    # Every entry of a solution reads every entry of its right-hand side: materialized, XLA:CPU computes
+    # the model's tangents once instead of once per entry (see linalg.materialize).
+    columns = [dforce - mm(dM, acc) + mm(dA.T, lam)]
+    if least_squares:
+        columns.append(mm(dA.T, f.r_perp))
+    solved = cho_solve(f.L, materialize(jnp.stack(columns, axis=1)))
+    x = solved[:, 0]
+    r = db - mm(dA, acc) - mm(A, x)
+    if least_squares:
+        r = r + mm(f.G_pinv, mm(A, solved[:, 1]))
+    return x, mm(f.G_pinv, materialize(r))
 
 
 @_eq35_terms.defjvp
@@ -349,13 +373,7 @@ def _eq35_terms_jvp(method, primals, tangents):
     mm = small_matmul
     (qdd, ideal, nonideal), f = _eq35_forward(method, M, Q, A, b, c, rtol)
 
-    def multiplier_tangent(acc, lam, dforce):
-        rhs = jnp.stack([dforce - mm(dM, acc) + mm(dA.T, lam), mm(dA.T, f.r_perp)], axis=1)
-        x_y = cho_solve(f.L, rhs)
-        x, y = x_y[:, 0], x_y[:, 1]
-        dlam = mm(f.G_pinv, db - mm(dA, acc) - mm(A, x) + mm(f.G_pinv, mm(A, y)))
-        return x, dlam
-
+    multiplier_tangent = functools.partial(_multiplier_tangent, method, f, A, dM, dA, db)
     x, dlam_F = multiplier_tangent(qdd, f.lam_F, dQ if c is None else dQ + dc)
     dqdd = x + mm(f.MinvAT, dlam_F)
     dlam_Q = dlam_F if c is None else multiplier_tangent(f.qdd_Q, f.lam_Q, dQ)[1]
