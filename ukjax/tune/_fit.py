@@ -189,7 +189,7 @@ def batch_loss(
     return loss, _summary(loss, losses, ok, parts, status, failure_penalty)
 
 
-FORWARD_MODE_MAX_PARAMETERS = 4
+FORWARD_MODE_MAX_PARAMETERS = 6
 """``gradient_mode="auto"``: forward mode up to this many tuned numbers, reverse mode above (where the two
 cross on the SCARA objective; :func:`resolve_gradient_mode`)."""
 
@@ -204,11 +204,12 @@ def resolve_gradient_mode(mode: str, theta) -> str:
     forward pass plus about one right-hand-side JVP per tangent, and nothing of the trajectory is stored.
     Reverse mode (``RecursiveCheckpointAdjoint``) stores one state per step and recomputes each step with its
     VJP on the way back, whatever k is; it wins for many parameters. On the SCARA objective (256 scenarios ×
-    1000 steps, ``benchmarks/tune_gradient.py --crossover``, 2-core Intel Xeon, forward loss 0.48-0.49 s)
-    forward mode takes 1.51, 2.35 and 2.91 s for k = 2, 4 and 5, reverse mode 2.96, 2.87 and 2.97 s: even at
-    k = 5, where forward mode also plans less than half the memory (with the tangents by the ``vmap``
-    program they crossed between 4 and 5: 2.66 / 3.18 s against 2.88 / 2.95 s; before the forward loss ran
-    entry by entry, near k = 6 to 7)."""
+    1000 steps, ``benchmarks/tune_gradient.py --crossover``, 2-core Intel Xeon, forward loss 0.64-0.67 s)
+    forward mode takes 1.46, 2.10, 2.51 and 4.06 s for k = 2, 4, 5 and 8, about 0.5 s more per number,
+    reverse mode 3.41-3.61 s whatever k: they cross near k = 7, and up to 6 forward mode is faster and plans
+    less than half the memory (before the UK solve's tangent rule materialized its solves the crossing was
+    near 5, with the tangents by the ``vmap`` program between 4 and 5, and before the forward loss ran
+    entry by entry near 6 to 7)."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
     if mode != "auto":
