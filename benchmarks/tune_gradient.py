@@ -32,8 +32,9 @@ solve (``ukjax.dynamics._eq35_terms``) as it was before it materialized the righ
 and dropped the Golub-Pereyra r⊥ column for method "ldl" (``ukjax.dynamics._multiplier_tangent`` swapped
 while tracing).
 
-``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint) and 5 (α
-per joint and one β), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between them.
+``--crossover`` adds forward- against reverse-mode gradients for 4 tuned numbers (α per joint), 5 (α per
+joint and one β) and 8 (α and β per joint), where ``tune.FORWARD_MODE_MAX_PARAMETERS`` switches between
+them.
 
 ``--former-saves`` adds, interleaved, the post-processing at the saved times as it was before each of two
 changes to ``ukjax.simulation._at_saves`` (swapped while the program is traced), for their before/after: the
@@ -45,7 +46,7 @@ intermediates instead of re-running the post-processing on the way back).
     python3 benchmarks/tune_gradient.py --adjoints       # also the two diffrax adjoints
     python3 benchmarks/tune_gradient.py --former-saves   # also the two former post-processings
     python3 benchmarks/tune_gradient.py --tangent-costs  # also one right-hand side: primal against its JVP
-    python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4 and 5 numbers
+    python3 benchmarks/tune_gradient.py --crossover      # also forward vs reverse mode for 4, 5 and 8 numbers
     python3 benchmarks/tune_gradient.py --former-tangents  # also forward mode with vmap-program tangents
     python3 benchmarks/tune_gradient.py --former-solve-tangents  # also the former UK-solve tangent rule
 """
