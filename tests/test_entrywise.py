@@ -24,6 +24,20 @@ from ukjax.models import scara
 ukjax.enable_float64()
 
 
+def _record_evaluations(monkeypatch):
+    """A list that records, for every entrywise evaluation from now on (``_entrywise._evaluate``), whether
+    its outputs were assembled behind the fence."""
+    calls = []
+    evaluate = _entrywise._evaluate
+
+    def recorded(traced, fenced=False):
+        calls.append(fenced)
+        return evaluate(traced, fenced)
+
+    monkeypatch.setattr(_entrywise, "_evaluate", recorded)
+    return calls
+
+
 def _compare(f, args, batched, rtol=1e-13, atol=1e-13):
     in_axes = [0 if b else None for b in batched]
     expected = jax.vmap(f, in_axes=in_axes)(*args)
@@ -148,9 +162,7 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
     grads = [jax.grad(loss)(p, h) for h in (f, g)]
     for key in p:
         np.testing.assert_allclose(grads[1][key], grads[0][key], rtol=1e-13)
-    calls = []
-    evaluate = _entrywise._evaluate
-    monkeypatch.setattr(_entrywise, "_evaluate", lambda *a: calls.append(1) or evaluate(*a))
+    calls = _record_evaluations(monkeypatch)
     small = batched_by_entries(f, min_batch=6)
     for e, got in zip(batched(f, p), jax.jit(batched, static_argnums=0)(small, p), strict=True):
         np.testing.assert_allclose(got, e, rtol=1e-13, atol=1e-14)
@@ -173,14 +185,7 @@ def test_simulate_batch_runs_entrywise_with_the_same_trajectory(monkeypatch):
     # A batch as large as the smallest that is evaluated entry by entry (options.ENTRYWISE_MIN_BATCH).
     offsets = jnp.linspace(0.0, 1e-3, options.ENTRYWISE_MIN_BATCH)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
     q0s, qd0s = q0 + offsets, jnp.tile(qd0, (options.ENTRYWISE_MIN_BATCH, 1))
-    calls = []
-    original = _entrywise._evaluate
-
-    def counted(*args):
-        calls.append(1)
-        return original(*args)
-
-    monkeypatch.setattr(_entrywise, "_evaluate", counted)
+    calls = _record_evaluations(monkeypatch)
     run = lambda: ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.2, dt=1e-3, ts=[0.1, 0.2],
                                        solver=ukjax.RK4(), chunk_size=None)  # fmt: skip
     entrywise = run()
@@ -206,9 +211,7 @@ def test_chunked_batch_fences_its_values_and_keeps_the_trajectory(monkeypatch):
     size = 2 * options.ENTRYWISE_MIN_BATCH
     q0s = q0 + jnp.linspace(0.0, 1e-3, size)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
     qd0s = jnp.tile(qd0, (size, 1))
-    calls = []
-    evaluate = _entrywise._evaluate
-    monkeypatch.setattr(_entrywise, "_evaluate", lambda *a: calls.append(a[1:] == (True,)) or evaluate(*a))
+    calls = _record_evaluations(monkeypatch)
 
     def run(chunk):
         calls.clear()
@@ -278,10 +281,7 @@ def test_tangents_by_entries_equal_the_ordinary_jvp_under_two_vmaps(monkeypatch)
         r = -jnp.sin(q) * p["g"] + t * v
         return v, jnp.stack([d * r[0] - b * r[1], a * r[1] - b * r[0]]) / (a * d - b * b)
 
-    calls = []
-    evaluate = _entrywise._evaluate
-    monkeypatch.setattr(_entrywise, "_evaluate",
-                        lambda traced, fenced=False: calls.append(fenced) or evaluate(traced, fenced))  # noqa: E501
+    calls = _record_evaluations(monkeypatch)
     g = batched_by_entries(f, tangents_by_entries=True)
     ts = jnp.linspace(0.0, 1.0, 6)
     ys = tuple(jnp.asarray(random_normal(jax.random.key(k), (6, 2))) for k in (4, 5))
@@ -335,10 +335,7 @@ def test_forward_mode_gradient_of_a_large_batch(monkeypatch):
                                    adjoint=adjoint, chunk_size=options.ENTRYWISE_MIN_BATCH)  # fmt: skip
         return jnp.sum(sol.qd[:, -1] ** 2)
 
-    calls = []
-    evaluate = _entrywise._evaluate
-    monkeypatch.setattr(_entrywise, "_evaluate",
-                        lambda traced, fenced=False: calls.append(fenced) or evaluate(traced, fenced))  # noqa: E501
+    calls = _record_evaluations(monkeypatch)
     ones = jnp.ones(2)
     tangents = jax.jit(jax.vmap(lambda d: jax.jvp(loss, (ones,), (d,))[1]))(jnp.eye(2))
     assert True in calls, "ForwardMode's tangents ran entry by entry, fenced"

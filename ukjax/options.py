@@ -119,7 +119,6 @@ class _Config(eqx.Module):
     # Its values assembled behind ukjax._entrywise._fence (simulate_batch sets it where it loops over chunks).
     entrywise_fenced_values: bool = eqx.field(static=True, default=False)
 
-
     @property
     def entrywise_tangents(self) -> bool:
         """Its tangents entry by entry too: under diffrax's ``ForwardMode`` only (it cannot be transposed;
