@@ -328,3 +328,110 @@ def test_os_error_message_names_the_paths_once():
     written = ResultWriteError(errno.ENOSPC, "cannot write /r/metrics.json: No space left on device")
     assert os_error_message(written) == "cannot write /r/metrics.json: No space left on device"
     assert os_error_message(OSError("a message\nover two lines")) == "a message over two lines"
+
+
+# ------------------------------------------------------------------------------------ output folders
+@pytest.mark.parametrize("kind", ["regular file", "dangling symlink", "file as parent"])
+@pytest.mark.parametrize("command", ["sweep", "run"])
+def test_an_out_that_is_a_file_or_a_dangling_symlink_is_named_as_such(
+    writing_study, tmp_path, capsys, kind, command
+):
+    """It used to end in 'cannot write OUT/.ukjax-lock: File exists' (sweep) or 'File exists: OUT' (run)."""
+    out = tmp_path / "out"
+    if kind == "dangling symlink":
+        out.symlink_to(tmp_path / "missing" / "target")
+        expected = f"{out} cannot be created: it is a dangling symbolic link (to {tmp_path / 'missing'}"
+    else:
+        (tmp_path / "file").write_text("not a folder")
+        if kind == "regular file":
+            out = tmp_path / "file"
+            expected = f"{out} is a regular file, not a folder"
+        else:
+            out = tmp_path / "file" / "out"
+            expected = f"{out} cannot be created: its parent {tmp_path / 'file'} is a regular file"
+    args = ["run", "writer"] if command == "run" else ["sweep", "scara", "--scenarios", "4", "--no-progress"]
+    assert main([*args, "--out", str(out)]) == EXIT_USAGE
+    line = _one_error_line(capsys)
+    assert expected in line and "--out" in line and ".ukjax-lock" not in line, line
+
+
+# ------------------------------------------------------------------------------------ ukjax tune resumes
+@pytest.fixture
+def tiny_tune_study(monkeypatch):
+    """A registered tuning study that fits the two-mass spring's Baumgarte gains (2 scenarios, 0.1 s at
+    dt = 0.01) through fit_from_args, as the shipped tuning studies do."""
+    import jax.numpy as jnp
+
+    from ukjax import tune
+    from ukjax.models import two_mass_spring as tms
+    from ukjax.studies._common import add_optimizer_arguments, fit_from_args
+
+    module = types.ModuleType("ukjax_test_tiny_tune_study")
+    module.DESCRIPTION = "a tiny tuning study"
+    module.add_arguments = lambda parser: add_optimizer_arguments(parser, steps=12, learning_rate=0.1)
+
+    base = tms.default_params()
+    system, objective = tms.system(), tune.servo_tracking()  # built once: every run reuses one compile
+    space = tune.Parametrization(base, {"alpha": tune.log(), "beta": tune.log()})
+    q0 = jnp.asarray([[0.0, 2.0 * base["l"] + 0.2], [0.0, 2.0 * base["l"] - 0.1]])
+    batch = tune.Scenarios(q0, jnp.zeros_like(q0).at[:, 1].set(0.3))
+    options = tune.simulation_options(t1=0.1, dt=0.01, num_saves=6)
+
+    def run(args):
+        from pathlib import Path
+
+        return fit_from_args(system, space, batch, objective, options, args, Path(args.out))
+
+    module.run = run
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(studies.TUNE_STUDIES, "tiny", module.__name__)
+    return module
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_tune_study_started_again_resumes_from_its_checkpoint(
+    tiny_tune_study, tmp_path, monkeypatch, capsys
+):
+    """`ukjax tune` checkpoints its fit under --out (every 10 steps): killed at step 11, the same command
+    starts again at step 10, not 0, and ends with the history of the uninterrupted run's first steps."""
+    from ukjax import tune
+
+    fit, evaluated = tune.fit, []
+
+    def recording_fit(*args, kill_at=None, **kwargs):
+        def callback(record):
+            evaluated.append(record)
+            if record["step"] == kill_at:
+                raise _Killed
+
+        return fit(*args, callback=callback, **kwargs)
+
+    out = tmp_path / "tune"
+    command = ["tune", "tiny", "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(tune, "fit", lambda *a, **k: recording_fit(*a, kill_at=11, **k))
+    with pytest.raises(_Killed):
+        main(command)
+    assert (out / "checkpoint.npz").exists() and not (out / "history.json").exists()
+    killed, evaluated[:] = list(evaluated), []
+    monkeypatch.setattr(tune, "fit", recording_fit)
+    assert main(command) == 0
+    assert "resuming from the checkpoint(s)" in capsys.readouterr().out
+    assert [r["step"] for r in evaluated] == [10, 11]  # resumed from the checkpoint's step
+    history = json.loads((out / "history.json").read_text())["history"]
+    assert [r["step"] for r in history] == list(range(12))
+    assert history[:10] == json.loads(json.dumps(killed[:10]))
+    assert history[10]["loss"] == killed[10]["loss"]  # the same numbers as before the kill
+    # --fresh starts over (--overwrite: the folder holds results now)
+    evaluated[:] = []
+    assert main([*command, "--overwrite", "--fresh"]) == 0
+    assert [r["step"] for r in evaluated] == list(range(12))
+    # flags that change the run: refused naming the checkpoint and --fresh, nothing computed
+    evaluated[:] = []
+    assert main([*command, "--overwrite", "--learning-rate", "0.2"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"ukjax: error: checkpoint {out / 'checkpoint.npz'} belongs to a different"), err
+    assert "--fresh discards the checkpoints" in err and "Traceback" not in err
+    assert not evaluated

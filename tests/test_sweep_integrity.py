@@ -213,6 +213,87 @@ def test_edited_model_module_is_refused(folder, tmp_path, monkeypatch, no_compil
     assert "sweep_models" in message
 
 
+PROVIDER = """
+import sweep_models
+{import_line}
+
+
+def pendulum():
+    system, params, initial_state = sweep_models.pendulum()
+    return system, {{**params, "mass": {value}}}, initial_state
+"""
+
+
+def _user_model(monkeypatch, root: Path, import_line: str, value: str, helper: str | None) -> dict:
+    """The spec of the tiny sweep on fault_provider:pendulum, whose nominal mass comes from a helper module
+    (``helper``: its source; None: none written), importable from ``root``; earlier imports forgotten (a new
+    process)."""
+    root.mkdir(exist_ok=True)
+    (root / "fault_provider.py").write_text(PROVIDER.format(import_line=import_line, value=value))
+    if helper is not None:
+        (root / "fault_helper.py").write_text(helper)
+    monkeypatch.syspath_prepend(str(root))
+    for name in ("fault_provider", "fault_helper"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delitem(_models._LOADED, "fault_provider:pendulum", raising=False)
+    return {**SPEC, "model": "fault_provider:pendulum", "scenarios": 4, "chunk_size": 2, "trajectories": []}
+
+
+@pytest.mark.parametrize(
+    ("import_line", "value"),
+    [("from fault_helper import M1", "M1"), ("import fault_helper as constants", "constants.M1")],
+)
+def test_an_edited_helper_module_of_the_model_is_refused(import_line, value, tmp_path, monkeypatch):
+    """The provider module is unchanged; a module it imports changed its constant (1.0 -> 1.5): a partial
+    folder is not resumed with rows of both (the issue's silent mix), nor are its scenarios re-simulated."""
+    spec = _user_model(monkeypatch, tmp_path / "v1", import_line, value, "M1 = 1.0\n")
+    out = tmp_path / "sweep"
+    summary = sweep.run(spec, out=out, progress=False)
+    assert summary.complete and summary.chunks_total == 2
+    assert list(_store.read_manifest(out)["identity"]["model"]["imports"]) == ["fault_helper", "sweep_models"]
+    chunk(out, 1).unlink()  # a run stopped after its first chunk
+    spec = _user_model(monkeypatch, tmp_path / "v2", import_line, value, "M1 = 1.5\n")
+    assert sweep.load_model(spec["model"]).params["mass"] == 1.5
+    message = refusal(lambda: sweep.run(spec, out=out, progress=False), out / "manifest.json")
+    assert "module(s) fault_helper, which the model's module fault_provider imports" in message, message
+    assert not chunk(out, 1).exists()
+    message = refusal(lambda: sweep.rerun(out, [0]), out / "manifest.json")
+    assert "fault_helper" in message
+
+
+def test_a_model_whose_helper_has_no_source_file_is_not_resumed(tmp_path, monkeypatch, no_compile):
+    """A helper module built in memory (no file to hash): the run warns that it cannot be resumed, and a
+    resume or re-simulation is refused, naming the module and the manifest."""
+    helper = type(sys)("fault_helper")
+    helper.M1 = 1.0
+    spec = _user_model(monkeypatch, tmp_path / "v1", "from fault_helper import M1", "M1", None)
+    monkeypatch.setitem(sys.modules, "fault_helper", helper)
+    out = tmp_path / "sweep"
+    with pytest.warns(RuntimeWarning, match="fault_helper .*cannot be resumed"):
+        with pytest.raises(AssertionError, match="compiled"):  # no_compile: the manifest is written first
+            sweep.run(spec, out=out, progress=False)
+    assert _store.read_manifest(out)["identity"]["model"]["imports"]["fault_helper"] is None
+    for call in (lambda: sweep.run(spec, out=out, progress=False), lambda: sweep.rerun(out, [0])):
+        message = refusal(call, out / "manifest.json")
+        assert "fault_helper" in message and "no source file" in message and "--fresh" in message
+
+
+def test_rerun_refuses_a_manifest_copied_from_another_sweep(folder, tmp_path, no_compile):
+    """manifest.json copied from a sweep of seed 12 into the folder of seed 11: the manifest proves itself,
+    but the chunks do not belong to it. load, a resume and rerun all refuse, naming a file; rerun used to
+    simulate the other sweep's scenario."""
+    other = tmp_path / "other"
+    spec = sweep.load_spec({**SPEC, "seed": 12})
+    model = sweep.load_model(spec.model)
+    _run._resume_state(spec, model, other, _run._local_mesh(None), False)  # the other sweep's manifest
+    shutil.copyfile(other / "manifest.json", folder / "manifest.json")
+    message = refusal(lambda: sweep.load(folder), folder / "chunks")
+    assert "belongs to another sweep" in message and "the seed (12 -> 11)" in message
+    message = refusal(lambda: sweep.rerun(folder, [3]), folder / "chunks")
+    assert "belongs to another sweep" in message and "the seed (12 -> 11)" in message
+    refusal(lambda: sweep.run(SPEC, out=folder, progress=False), folder / "manifest.json")
+
+
 def test_other_library_versions_are_refused_unless_allowed(folder, reference, monkeypatch):
     real = _store.versions
     monkeypatch.setattr(_store, "versions", lambda: {**real(), "jax": "0.0.1"})
@@ -470,6 +551,26 @@ def test_scenario_indices_beyond_int64_and_chunks_beyond_memory_are_refused(tmp_
     message = refusal(lambda: sweep.run(spec, out=tmp_path / "b", progress=False))
     assert "spec field chunk_size: a chunk of 1,000,000,000,000 scenarios needs at least" in message
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("where", ["--seed", "spec file"])
+def test_a_seed_beyond_the_key_range_is_refused_before_anything_is_written(where, tmp_path, capsys):
+    """--seed 10**20 ended in an OverflowError after the manifest was written; now the spec is refused."""
+    seed = 10**20
+    spec_file = tmp_path / "tiny.toml"
+    if where == "spec file":
+        spec_file.write_text(SPEC_TOML.replace("seed = 11", f"seed = {seed}"))
+    else:
+        spec_file.write_text(SPEC_TOML)
+    out = tmp_path / "out"
+    flags = ["--seed", str(seed)] if where == "--seed" else []
+    code = main(["sweep", str(spec_file), "--out", str(out), "--no-progress", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and "spec field seed: must lie in 0..9223372036854775807" in err, err
+    assert "OverflowError" not in err and not out.exists()
+    with pytest.raises(ValueError, match="spec field seed"):
+        sweep.load_spec({**SPEC, "seed": 2**63})
+    assert sweep.load_spec({**SPEC, "seed": 2**63 - 1}).seed == 2**63 - 1
 
 
 def test_capacity_estimate_is_a_lower_bound_of_the_table(reference):

@@ -191,7 +191,7 @@ def test_parametrization_positivity_bounds_sharing_and_errors():
     for bad, match in (
         ({"nope": tune.log()}, "not a leaf"),
         ({"arm/g": tune.free(shared=True), "a": "log"}, "Transform"),
-        ({"a": True}, "same pytree structure"),
+        ({"a": True}, r"exactly the leaves of params .*; it lacks \['arm/g', 'arm/k', 'fixed'\]"),
         ({}, "nothing to tune"),
     ):
         with pytest.raises(ValueError, match=match):

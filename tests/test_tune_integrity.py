@@ -8,8 +8,10 @@ resume stops at the fingerprint check, before anything is compiled, so the misma
 import json
 import os
 import shutil
+import warnings
 import zipfile
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -17,6 +19,7 @@ import pytest
 
 from ukjax import tune
 from ukjax.models import two_mass_spring as tms
+from ukjax.tune import _checkpoint
 
 SYSTEM = tms.system()
 BASE = tms.default_params()
@@ -123,6 +126,15 @@ MISMATCHES = {
         ["options.t1: 0.2", "0.3 now"],
     ),
     "optimizer": (dict(optimizer=optax.sgd(0.1)), ["optimizer.state.structure"]),
+    # same state structure and initial state: told apart by the hyperparameters their closures capture
+    "optimizer_learning_rate": (
+        dict(optimizer=optax.adam(0.01)),
+        ["optimizer.transformation.", "step_size: -0.1 in the checkpoint, -0.01 now"],
+    ),
+    "optimizer_nadam": (
+        dict(optimizer=optax.nadam(0.1)),
+        ["optimizer.transformation.", "nesterov: false in the checkpoint, true now"],
+    ),
     "optimizer_description": (
         dict(optimizer=optax.adam(0.2), optimizer_description="adam 0.2"),
         ['optimizer.description: null in the checkpoint, "adam 0.2" now'],
@@ -179,6 +191,22 @@ def _edited_meta(path, **state):
     return np.frombuffer(json.dumps(meta).encode(), np.uint8)
 
 
+def _resigned(entries):
+    """``entries`` with the checksum recomputed over them: a damage the checksum does not see (a writer's
+    bug), so that the checks behind it are exercised."""
+    meta = json.loads(entries["meta"].tobytes())
+    arrays = {k: v for k, v in entries.items() if k != "meta"}
+    meta["checksum"] = _checkpoint.contents_digest(meta, arrays)
+    return dict(arrays, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+
+
+def _edited_entry(path, name, edit):
+    entries = _entries(path)
+    entries[name] = edit(entries[name])
+    np.savez(path, **entries)
+
+
+CHECKSUM = "do not match the checksum written with them"
 CORRUPTIONS = {
     "truncated": (lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]), "damaged"),
     "random_bytes": (
@@ -198,16 +226,26 @@ CORRUPTIONS = {
         "has no fingerprint",
     ),
     "wrong_entry_shape": (
-        lambda path: np.savez(path, **dict(_entries(path), **{"theta/0": np.zeros(3)})),
+        lambda path: np.savez(path, **_resigned(dict(_entries(path), **{"theta/0": np.zeros(3)}))),
         "entry 'theta/0' has shape (3,)",
     ),
     "inconsistent_state": (
-        lambda path: np.savez(path, **dict(_entries(path), meta=_edited_meta(path, step=3))),
+        lambda path: np.savez(path, **_resigned(dict(_entries(path), meta=_edited_meta(path, step=3)))),
         "its state is inconsistent (step 3 with 2 history records)",
     ),
     "missing_entry": (
-        lambda path: np.savez(path, **{k: v for k, v in _entries(path).items() if k != "opt_state/1"}),
+        lambda path: np.savez(
+            path, **_resigned({k: v for k, v in _entries(path).items() if k != "opt_state/1"})
+        ),
         "lacks the entry 'opt_state/1'",
+    ),
+    # contents edited in place, every entry of the right shape and dtype: only the checksum sees them
+    "theta_nan": (lambda path: _edited_entry(path, "theta/0", lambda v: np.full_like(v, np.nan)), CHECKSUM),
+    "theta_shifted": (lambda path: _edited_entry(path, "theta/1", lambda v: v + 0.5), CHECKSUM),
+    "optimizer_state_zeroed": (lambda path: _edited_entry(path, "opt_state/1", np.zeros_like), CHECKSUM),
+    "best_loss_edited": (
+        lambda path: np.savez(path, **dict(_entries(path), meta=_edited_meta(path, best_loss=-1.0))),
+        CHECKSUM,
     ),
 }
 
@@ -219,6 +257,32 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(runs, tmp_path, case):
     damage(path)
     message = _refused(path, expected)
     assert "start afresh" in message
+
+
+def test_an_optimizer_whose_hyperparameters_cannot_be_read_warns_naming_the_checkpoint(tmp_path):
+    """A hyperparameter held in an object describe() cannot look into (no attributes): the fingerprint cannot
+    tell it apart, so fit warns, unless optimizer_description identifies the optimizer. steps=0: nothing is
+    compiled."""
+
+    class Rate:
+        __slots__ = ("value",)
+
+    rate = Rate()
+    rate.value = 0.1
+    base = optax.sgd(0.1)
+
+    def update(grads, state, params=None):
+        return jax.tree_util.tree_map(lambda g: -rate.value * g, grads), state
+
+    opaque = optax.GradientTransformation(base.init, update)
+    path = tmp_path / "opaque.npz"
+    with pytest.warns(RuntimeWarning, match="optimizer's hyperparameters cannot all be read") as caught:
+        _fit(0, checkpoint=path, optimizer=opaque)
+    assert str(path) in str(caught[0].message) and "rate" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit(0, checkpoint=tmp_path / "described.npz", optimizer=opaque, optimizer_description="sgd rate 0.1")
+        _fit(0, checkpoint=tmp_path / "adam.npz", optimizer=optax.adam(0.1))  # optax's own: all read
 
 
 def test_a_resume_removes_only_the_temporary_files_of_dead_writers(runs, tmp_path):
@@ -315,6 +379,27 @@ def test_an_edited_helper_in_a_user_module_changes_the_fingerprint(tmp_path, mon
     )
     os.utime(module, ns=(1, 1))  # a new modification time, whatever the clock's resolution
     second = _checkpoint.describe(tune.custom(importlib.reload(sys.modules[module.stem]).term))
-    assert first["fn"]["closure"][0]["source_sha256"] == second["fn"]["closure"][0]["source_sha256"]
-    with pytest.raises(ValueError, match=r"objective.fn.closure\[0\].module_sha256"):
+    assert first["fn"]["closure"]["fn"]["source_sha256"] == second["fn"]["closure"]["fn"]["source_sha256"]
+    with pytest.raises(ValueError, match=r"objective.fn.closure.fn.module_sha256"):
         _checkpoint.check_fingerprint(tmp_path / "c.npz", dict(objective=first), dict(objective=second))
+
+
+@pytest.mark.parametrize(
+    ("tuned", "expected"),
+    [
+        ({"alpha": "log"}, ["it lacks ['beta', 'k', 'l', 'm1', 'm2']", "ukjax.tune.log()"]),
+        (
+            {**{k: False for k in BASE}, "alpha": True, "zeta": True},
+            ["it has ['zeta'], which params does not"],
+        ),
+    ],
+)
+def test_a_partial_mask_names_the_missing_and_extra_leaves(tuned, expected):
+    """{"alpha": "log"} (a dict whose values are no Transforms) is read as a mask; the refusal used to say
+    only 'a tuned mask must have the same pytree structure'."""
+    with pytest.raises(ValueError) as caught:
+        tune.Parametrization(BASE, tuned)
+    message = str(caught.value)
+    assert "read as a boolean mask" in message and f"leaves of params {sorted(BASE)}" in message, message
+    for text in expected:
+        assert text in message, message

@@ -117,6 +117,29 @@ def stale_temporary(folder, pattern: str = "*") -> list[Path]:
     return stale
 
 
+def not_a_folder(folder, *, what: str = "output folder") -> str | None:
+    """Why ``folder`` or one of its parents cannot be (created as) a folder, naming the path: a regular file,
+    a dangling symbolic link (naming its target), or another file that is not a folder; ``None`` when none is
+    in the way."""
+    folder = Path(folder)
+    for path in [folder, *folder.parents]:
+        if path.is_dir():
+            return None
+        if path.is_symlink() and not path.exists():
+            where = "it" if path == folder else f"its parent {path}"
+            return (
+                f"the {what} {folder} cannot be created: {where} is a dangling symbolic link (to "
+                f"{os.readlink(path)}, which does not exist); remove the link, create its target, or choose "
+                "another --out"
+            )
+        if path.exists():
+            kind = "a regular file" if path.is_file() else "a device, socket or pipe"
+            if path == folder:
+                return f"the {what} {folder} is {kind}, not a folder; choose another --out"
+            return f"the {what} {folder} cannot be created: its parent {path} is {kind}; choose another --out"
+    return None
+
+
 LOCK_NAME = ".ukjax-lock"
 
 
@@ -125,10 +148,13 @@ def folder_lock(folder, *, what: str = "results folder") -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if needed) during the ``with`` block: one writer.
 
     Raises :class:`FolderInUseError` naming the folder and the holder (PID and host, as the holder wrote them)
-    when another process holds it, and :class:`ResultWriteError` naming the lock file when it cannot be
-    created (read-only folder, disk full). A file system without ``flock`` support only warns."""
+    when another process holds it, and :class:`ResultWriteError` naming the folder when it is a file or a
+    dangling symbolic link (:func:`not_a_folder`) and the lock file when it cannot be created (read-only
+    folder, disk full). A file system without ``flock`` support only warns."""
     folder = Path(folder)
     path = folder / LOCK_NAME
+    if problem := not_a_folder(folder, what=what):
+        raise ResultWriteError(errno.ENOTDIR, problem)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -183,19 +183,62 @@ def _tune_study(name: str | None, study_args: list[str], tune_parser: argparse.A
         known = ", ".join(sorted(studies.TUNE_STUDIES))
         print(f"ukjax tune: unknown tuning study {name!r} (known: {known})", file=sys.stderr)
         return EXIT_USAGE
+    from ukjax.tune._checkpoint import FOLDER_CHECKPOINT, CheckpointMismatch
+
     module = studies.load_tune(name)
     parser = study_parser(f"ukjax tune {name}", module, f"tune_{name}")
+    if "--fresh" not in {flag for action in parser._actions for flag in action.option_strings}:
+        parser.add_argument(
+            "--fresh",
+            action="store_true",
+            help=f"discard the fit checkpoints ({FOLDER_CHECKPOINT}) in --out and start from step 0 "
+            "(default: a study started again with the same flags resumes where its checkpoints left it)",
+        )
     args = parser.parse_args(study_args)
     _prepare_output(args)
-    module.run(args)
+    checkpoints = _tune_checkpoints(args.out)
+    if args.fresh:
+        for path in checkpoints:
+            _remove(path)
+    elif checkpoints:
+        shown = ", ".join(str(p) for p in checkpoints[:3]) + (" ..." if len(checkpoints) > 3 else "")
+        print(f"ukjax tune {name}: resuming from the checkpoint(s) {shown} (--fresh starts over)", flush=True)
+    try:
+        module.run(args)
+    except CheckpointMismatch as error:
+        raise ValueError(
+            f"{error} (ukjax tune: --fresh discards the checkpoints in {args.out} and starts over)"
+        ) from error
     print(f"ukjax tune {name}: results in {args.out}")
     return 0
 
 
+def _tune_checkpoints(out) -> list:
+    """The fit checkpoints a tuning study left under ``out`` (``FOLDER/checkpoint.npz``, at any depth)."""
+    from pathlib import Path
+
+    from ukjax.tune._checkpoint import FOLDER_CHECKPOINT
+
+    folder = Path(out)
+    return sorted(folder.rglob(FOLDER_CHECKPOINT)) if folder.is_dir() else []
+
+
+def _remove(path) -> None:
+    from ukjax._io import ResultWriteError
+
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        raise ResultWriteError(error.errno, f"cannot remove {path}: {error.strerror or error}") from error
+
+
 def _prepare_output(args) -> None:
     """Refuse (ValueError) an --out that already holds results unless --overwrite; create the folder."""
+    from ukjax._io import not_a_folder
     from ukjax.studies._common import prepare_output
 
+    if problem := not_a_folder(args.out, what="output folder --out"):
+        raise ValueError(problem)
     prepare_output(args.out, overwrite=args.overwrite)
 
 

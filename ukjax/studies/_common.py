@@ -243,8 +243,12 @@ def fit_from_args(system, space, train, objective, options, args, out, *, optimi
     """:func:`ukjax.tune.fit` as the tuning studies run it, from the flags of :func:`add_optimizer_arguments`:
     ``--steps``, the default optimizer at ``--learning-rate`` unless ``optimizer`` is given (one shared by
     several fits keeps one compiled step), ``--seed``, progress bars unless ``--no-progress``; history and
-    checkpoint under ``out``."""
+    checkpoint (``out/checkpoint.npz``, every 10 steps and at the end) under ``out``: a killed study started
+    again with the same flags resumes its fit where the checkpoint left it."""
+    from pathlib import Path
+
     from ukjax import tune
+    from ukjax.tune._checkpoint import FOLDER_CHECKPOINT
 
     if optimizer is None:
         optimizer = tune.default_optimizer(args.steps, args.learning_rate)
@@ -257,6 +261,7 @@ def fit_from_args(system, space, train, objective, options, args, out, *, optimi
         steps=args.steps,
         optimizer=optimizer,
         seed=args.seed,
+        checkpoint=None if out is None else Path(out) / FOLDER_CHECKPOINT,
         out=out,
         progress=not args.no_progress,
     )

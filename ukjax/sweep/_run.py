@@ -11,14 +11,16 @@
   computes them on its own devices and writes their files into the shared output folder; a barrier at the end
   lets process 0 finish the manifest and write trajectories.
 * **Resume, proven.** Every file carries the sweep's identity and fingerprint (:mod:`ukjax.sweep._store`:
-  resolved spec, seed, the source hashes of the model's and the user metrics' modules, chunk layout, float64,
-  library versions). A resume first proves the manifest (a manifest that is missing, not JSON or edited is
-  rebuilt from the chunks' own metadata, or refused: never guessed), refuses a folder whose sweep differs
-  from the one asked for (naming the manifest or chunk and what changed: spec, seed, model source, versions),
-  takes the chunk size from the proven layout (a different requested ``chunk_size`` is ignored, with a
-  warning), then verifies every chunk (page checksums, fingerprint, number, index range, row count, contents
-  checksum) and computes again, with a warning naming the file and the reason, every chunk that does not
-  prove itself. So a resume ends in the table of an uninterrupted run, or in a refusal naming the file.
+  resolved spec, seed, the source hashes of the model's and the user metrics' modules and of the user's
+  modules they import, chunk layout, float64, library versions). A resume first proves the manifest (a
+  manifest that is missing, not JSON or edited is rebuilt from the chunks' own metadata, or refused: never
+  guessed), refuses a folder whose sweep differs from the one asked for (naming the manifest or chunk and
+  what changed: spec, seed, model source, versions), and one whose model or metric code has no source file to
+  prove it unchanged (:func:`ukjax.sweep._store.unverifiable`), takes the chunk size from the proven layout
+  (a different requested ``chunk_size`` is ignored, with a warning), then verifies every chunk (page
+  checksums, fingerprint, number, index range, row count, contents checksum) and computes again, with a
+  warning naming the file and the reason, every chunk that does not prove itself. So a resume ends in the
+  table of an uninterrupted run, or in a refusal naming the file.
 * **One writer per folder** (:func:`ukjax._io.folder_lock`): a second run on the same folder refuses, naming
   the folder and the PID writing it; start-up cleanup removes only the temporary files of dead writers.
 * **Sizes checked first.** The scenario count is checked against the scenario index's integer type and the
@@ -352,6 +354,15 @@ def _resume_state(spec: Spec, model, out: Path, mesh, allow_version_change: bool
         )
     plan = Plan.from_spec(spec, chunk_size)
     ident = _store.identity(spec, plan)
+    if manifest is not None or _store.done_chunks(out):  # results to resume: their code must be provable
+        for found in ([manifest["identity"]] if manifest is not None else []) + [ident]:
+            if problem := _store.unverifiable_message(out, found):
+                raise ValueError(problem)
+    if _store.unverifiable(ident):
+        _warn(
+            f"sweep {spec.name}: the module(s) {', '.join(_store.unverifiable(ident))} of its model or "
+            "metrics have no source file whose hash could be recorded: this run cannot be resumed"
+        )
     if manifest is None:
         manifest = _store.new_manifest(spec, model, plan, ident)
         manifest["accepted_versions"] += extra_versions
@@ -658,8 +669,9 @@ def rerun(source, indices, *, allow_version_change: bool = False) -> list[Scenar
 
     ``source``: a result folder or a spec (as :func:`run` takes it; a folder of that name wins over a shipped
     spec's name). The draws depend only on the seed and the index, so this reproduces
-    the scenario of the table (same inputs; same metrics to rounding). A folder's manifest must prove itself
-    (an edited seed or spec is refused, naming it), and the model's and metrics' code and the library versions
+    the scenario of the table (same inputs; same metrics to rounding). A folder's manifest and chunks must
+    prove themselves as :func:`ukjax.sweep.load` checks them (an edited seed or spec, a manifest copied from
+    another sweep is refused, naming the file), and the model's and metrics' code and the library versions
     must be those the sweep recorded (else ``ValueError`` saying what changed; ``allow_version_change``
     accepts other versions)."""
     if isinstance(source, str | os.PathLike) and Path(source).is_dir():
@@ -667,9 +679,15 @@ def rerun(source, indices, *, allow_version_change: bool = False) -> list[Scenar
         if manifest is None:
             raise ValueError(f"{source} holds no sweep (no {_store.MANIFEST})")
         spec, plan = _store.manifest_plan(manifest)
+        # what load checks: a chunk of another sweep (a manifest copied over) is refused, naming the file
+        for _ in _store.proven_chunks(source, manifest, plan, allow_version_change=allow_version_change):
+            pass
         model = load_model(spec.model)
         _user_metrics(spec)
         current = _store.identity(spec, plan)
+        for found in (manifest["identity"], current):
+            if problem := _store.unverifiable_message(source, found):
+                raise ValueError(problem)
         accepted = manifest["accepted_versions"] + ([current["versions"]] if allow_version_change else [])
         if not _store.matches(manifest["identity"], current, accepted):
             changed = _store.differences(manifest["identity"], current)

@@ -7,7 +7,7 @@ Spec fields (TOML, read with :mod:`tomllib`; or the same as a Python dict)::
     model = "scara"                 # registered name (ukjax.sweep.MODELS) or "module:function"
     scenarios = 100000              # random draws (replicates) per grid cell
     chunk_size = 4096               # scenarios per compiled call and Parquet file; "auto": sized to memory
-    seed = 0
+    seed = 0                        # 0..2**63 - 1 (0..2**32 - 1 in float32): jax.random.key's range
     out = "ukjax-results/sweep_scara"  # default ./ukjax-results/sweep_NAME
     trajectories = [0, 1, 2]        # optional: scenarios whose full trajectories are saved
 
@@ -293,12 +293,20 @@ class Spec:
     source: dict  # the spec as given (JSON-able), for the manifest
 
 
-def _integer(value, field, *, minimum):
+def _integer(value, field, *, minimum, maximum=None, why=""):
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(field, f"expected an integer, got {value!r}")
     if value < minimum:
         _fail(field, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        _fail(field, f"must lie in {minimum}..{maximum}{why}, got {value}")
     return value
+
+
+def max_seed() -> int:
+    """The largest seed :func:`jax.random.key` takes without an overflow or a collision: 2**63 - 1 with
+    float64 (int64 seeds), 2**32 - 1 without (``key(2**32)`` is ``key(0)`` with 32-bit integers)."""
+    return 2**63 - 1 if jax.config.jax_enable_x64 else 2**32 - 1
 
 
 def _flatten_vary(table, prefix=""):
@@ -334,7 +342,13 @@ def parse_spec(source: Mapping, *, default_name: str = "sweep", **overrides) -> 
     scenarios = _integer(source["scenarios"], "scenarios", minimum=1)
     chunk = source.get("chunk_size", "auto")
     chunk_size = None if chunk == "auto" else _integer(chunk, "chunk_size", minimum=1)
-    seed = _integer(source.get("seed", 0), "seed", minimum=0)
+    seed = _integer(
+        source.get("seed", 0),
+        "seed",
+        minimum=0,
+        maximum=max_seed(),
+        why=" (the seeds jax.random.key takes" + ("" if jax.config.jax_enable_x64 else " with float32") + ")",
+    )
     name = source.get("name", default_name)
     if not isinstance(name, str) or not re.fullmatch(r"[\w.\-]+", name):
         _fail("name", f"expected letters, digits, '_', '-', '.', got {name!r}")

@@ -10,9 +10,12 @@ Layout of the output folder::
 
 **Identity.** Everything that determines a row (:func:`identity`): the resolved spec (distributions,
 integrator, metrics, scenario count; not ``out``, ``name``, ``chunk_size`` or ``trajectories``), the seed, the
-model's identity (the SHA-256 of the source file of the module that provides it) and of every user metric's
+model's identity (the SHA-256 of the source file of the module that provides it and of every module of the
+user's it imports, directly or not: :func:`ukjax.sweep._models.module_identity`) and of every user metric's
 module, the chunk layout (chunk size, number of chunks, scenarios), float64 or not, and the versions of ukjax,
 JAX, jaxlib, diffrax, equinox and NumPy with the JAX backend. Its SHA-256 is the sweep's *fingerprint*.
+Code of the user's without a source file to hash (a module built in memory) cannot be proven unchanged: a
+sweep that depends on it runs, with a warning, but is never resumed or re-simulated (:func:`unverifiable`).
 
 **Every file proves itself.** The manifest holds the identity and its fingerprint; :func:`read_manifest`
 refuses a manifest whose fingerprint is not that of its identity, or whose spec, seed or chunk layout
@@ -146,11 +149,18 @@ def differences(old: dict, new: dict) -> list[str]:
             words.append(f"the seed ({a} -> {b})")
         elif part == "model":
             if isinstance(a, dict) and isinstance(b, dict) and a.get("reference") == b.get("reference"):
-                words.append(f"the source of the model's module {b.get('module')} (edited since)")
+                words.append(_code_change(a, b, "the model's module"))
             else:
                 words.append(f"the model ({(a or {}).get('reference')} -> {(b or {}).get('reference')})")
         elif part == "metrics":
-            words.append("the user metrics or the source of their modules")
+            a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+            ref = lambda code: code.get("reference") if isinstance(code, dict) else None
+            same = [k for k in sorted(set(a) & set(b)) if ref(a[k]) == ref(b[k])]
+            if set(a) == set(b) == set(same):
+                changes = [_code_change(a[k], b[k], f"metric {k}'s module") for k in same if a[k] != b[k]]
+                words.append("; ".join(changes) or "the code of the user metrics")
+            else:
+                words.append(f"the user metrics ({sorted(a)} -> {sorted(b)}, or the functions they name)")
         elif part == "layout":
             words.append(f"the chunk layout ({a} -> {b})")
         elif part == "float64":
@@ -162,6 +172,58 @@ def differences(old: dict, new: dict) -> list[str]:
             ]
             words.append(f"the versions ({', '.join(changed)})")
     return words
+
+
+def _code_change(old: dict, new: dict, what: str) -> str:
+    """In words, which source files of a model's or metric's code changed from ``old`` to ``new``
+    (:func:`ukjax.sweep._models.module_identity`)."""
+    name = new.get("module")
+    if "imports" not in old:
+        return (
+            f"the record of {what} {name}'s code (written by an older ukjax, without the modules it imports)"
+        )
+    words = []
+    if old.get("sha256") != new.get("sha256"):
+        words.append(f"the source of {what} {name} (edited since)")
+    a, b = old.get("imports") or {}, new.get("imports") or {}
+    edited = [m for m in sorted(set(a) & set(b)) if a[m] != b[m]]
+    if edited:
+        words.append(
+            f"the source of module(s) {', '.join(edited)}, which {what} {name} imports (edited since)"
+        )
+    if set(a) != set(b):
+        words.append(
+            f"the modules {what} {name} imports (now also {sorted(set(b) - set(a))}, no longer "
+            f"{sorted(set(a) - set(b))})"
+        )
+    return "; ".join(words) or f"the code of {what} {name}"
+
+
+def unverifiable(ident: dict) -> list[str]:
+    """The modules of an identity's model and metric code that have no source file to hash (digest
+    ``None``): that such code is unchanged between runs cannot be proven, so a resume refuses it."""
+    codes = [ident.get("model") or {}] + list((ident.get("metrics") or {}).values())
+    found = []
+    for code in codes:
+        if not isinstance(code, dict):
+            continue
+        if "sha256" in code and code["sha256"] is None:
+            found.append(str(code.get("module")))
+        found += [name for name, digest in (code.get("imports") or {}).items() if digest is None]
+    return sorted(set(found))
+
+
+def unverifiable_message(out, ident: dict) -> str | None:
+    """Why the sweep in ``out`` of identity ``ident`` cannot be resumed or re-simulated (``None``: it can)."""
+    modules = unverifiable(ident)
+    if not modules:
+        return None
+    return (
+        f"cannot prove that the sweep in {out} ({Path(out) / MANIFEST}) is computed by unchanged code: the "
+        f"module(s) {', '.join(modules)} of its model or metrics have no source file whose hash could be "
+        "recorded (built in memory, or loaded without a file); put that code in a .py file, or discard the "
+        "folder's results with fresh=True (ukjax sweep --fresh)"
+    )
 
 
 def matches(expected: dict, found: dict, accepted_versions) -> bool:
@@ -434,18 +496,7 @@ def load(out, *, allow_partial: bool = False, allow_version_change: bool = False
     if manifest is None:
         raise ValueError(f"{out} holds no sweep (no {MANIFEST})")
     _, plan = manifest_plan(manifest)
-    accepted = manifest["accepted_versions"]
-    tables = []
-    for c, path in chunk_files(out):
-        found = check_chunk(path, c, plan, manifest["identity"], accepted)
-        if found.reason and allow_version_change and found.reason.startswith("belongs to another sweep"):
-            found = check_chunk(path, c, plan, manifest["identity"], accepted + [_versions_of(path)])
-        if found.reason:
-            raise ValueError(
-                f"the chunk file {path} {found.reason}; run the sweep again (same spec and output folder) to "
-                "compute it again"
-            )
-        tables.append(found.table)
+    tables = list(proven_chunks(out, manifest, plan, allow_version_change=allow_version_change))
     missing = plan.num_chunks - len(tables)
     if missing and not allow_partial:
         raise ValueError(
@@ -455,6 +506,23 @@ def load(out, *, allow_partial: bool = False, allow_version_change: bool = False
     if not tables:
         raise ValueError(f"{out}: no chunk has been written yet")
     return pa.concat_tables(tables, promote_options="default").sort_by("index")
+
+
+def proven_chunks(out, manifest: dict, plan, *, allow_version_change: bool = False) -> Iterator:
+    """The table of every chunk file of ``out`` (in name order) after :func:`check_chunk` proved it against
+    the proven ``manifest``: the first that does not prove itself raises ``ValueError`` naming it (what
+    :func:`load` and :func:`ukjax.sweep.rerun` check of a folder)."""
+    accepted = manifest["accepted_versions"]
+    for c, path in chunk_files(out):
+        found = check_chunk(path, c, plan, manifest["identity"], accepted)
+        if found.reason and allow_version_change and found.reason.startswith("belongs to another sweep"):
+            found = check_chunk(path, c, plan, manifest["identity"], accepted + [_versions_of(path)])
+        if found.reason:
+            raise ValueError(
+                f"the chunk file {path} {found.reason}; run the sweep again (same spec and output folder) to "
+                "compute it again"
+            )
+        yield found.table
 
 
 def _versions_of(path: Path):

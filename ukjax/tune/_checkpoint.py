@@ -8,7 +8,9 @@ A checkpoint (``.npz``, written atomically with :func:`ukjax._io.atomic_savez`) 
 * ``parametrization``: every tuned leaf's name, leaf shape, θ shape and dtype, transform and bounds, and a
   hash of the base parameters;
 * ``optimizer``: the tree structure, shapes and dtypes of its state, a hash of its initial state (this shows
-  hyperparameters held in the state, e.g. ``optax.inject_hyperparams``), and its description (set by
+  hyperparameters held in the state, e.g. ``optax.inject_hyperparams``), its transformation's functions with
+  the hyperparameters their closures capture, by name (:func:`optimizer_identity`: ``scale_by_adam``'s
+  ``b1``, ``nesterov``, ``scale``'s ``step_size``), and its description (set by
   :func:`ukjax.tune.default_optimizer`, or ``fit(optimizer_description=...)``);
 * ``options`` (t0, t1, dt, ts, solver, tolerances, ...), ``objective`` (term names, weights, and the source
   and captured values of every term's function), ``risk``, ``scenarios`` (a hash of the batch's arrays, or the
@@ -18,11 +20,17 @@ A checkpoint (``.npz``, written atomically with :func:`ukjax._io.atomic_savez`) 
 
 Functions are identified by module, qualified name, a hash of their source text (byte code when there is no
 source) and of their module's source file (so that an edited helper they call is seen), and, recursively, the
-values their closures capture; arrays by shape, dtype and a SHA-256 of their
+values their closures capture (by the captured variable's name); arrays by shape, dtype and a SHA-256 of their
 bytes. Two runs with equal fingerprints compute the same numbers; a resume whose fingerprint differs is
-refused with the fields that differ. What cannot be seen: an optimizer hyperparameter that lives only in a
-Python closure (the learning rate of ``optax.adam(0.1)`` against ``optax.adam(0.2)``: same state structure,
-same initial state); describe such an optimizer with ``optimizer_description``.
+refused with the fields that differ. What cannot be seen: a value :func:`describe` cannot look into (an
+object without attributes, a closure nested deeper than its limit: :func:`undescribed`); ``fit`` warns,
+naming the checkpoint, when the optimizer holds one, and ``optimizer_description`` identifies it.
+
+**The contents prove themselves.** The meta entry holds a SHA-256 of the checkpoint's contents
+(:func:`contents_digest`: every array entry, θ, the optimizer state, the accepted and best points, and the
+loop state, ``best_loss`` and the history included); :func:`read` refuses, naming the file, a checkpoint
+whose contents do not match it (an edited θ or optimizer-state entry, a NaN written in, an edited
+``best_loss``), so a resume never continues from numbers the run did not compute.
 """
 
 from __future__ import annotations
@@ -41,8 +49,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-CHECKPOINT_FORMAT = 2
-"""Version of the checkpoint layout (1: no fingerprint, before ukjax 0.1.0's integrity checks)."""
+CHECKPOINT_FORMAT = 3
+"""Version of the checkpoint layout (1: no fingerprint, before ukjax 0.1.0's integrity checks; 2: no checksum
+of the contents, no description of the optimizer's functions)."""
+
+FOLDER_CHECKPOINT = "checkpoint.npz"
+"""The checkpoint's name in the output folder of a tuning study's fit (``ukjax tune NAME``), which resumes
+from it when started again (``--fresh`` removes it)."""
 
 TREE_GROUPS = ("theta", "opt_state", "acc_theta", "acc_opt_state", "acc_grad", "best_theta")
 _MAX_DEPTH = 6
@@ -107,12 +120,15 @@ def _function_identity(fn, depth: int) -> dict:
     module_hash = _module_source_hash(fn)
     if module_hash is not None:
         out["module_sha256"] = module_hash
-    cells = []
-    for cell in getattr(fn, "__closure__", None) or ():
+    closure = getattr(fn, "__closure__", None) or ()
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    names = names if len(names) == len(closure) else [str(i) for i in range(len(closure))]
+    cells = {}
+    for name, cell in zip(names, closure, strict=True):  # by the captured variable's name: learning_rate, ...
         try:
-            cells.append(describe(cell.cell_contents, depth + 1))
+            cells[name] = describe(cell.cell_contents, depth + 1)
         except ValueError:  # an empty cell
-            cells.append(None)
+            cells[name] = None
     if cells:
         out["closure"] = cells
     defaults = getattr(fn, "__defaults__", None)
@@ -126,12 +142,12 @@ def describe(value, depth: int = 0):
     strings as they are, arrays by :func:`array_identity`, containers element by element, functions by
     source and closure, dataclasses (equinox modules, diffrax solvers) by type and fields, other objects by
     type and attributes. No memory address enters it, so it is the same in every process."""
-    if depth > _MAX_DEPTH:
-        return {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
+    if depth > _MAX_DEPTH:
+        return {"type": f"{type(value).__module__}.{type(value).__qualname__}", TRUNCATED: True}
     if _is_array(value):
         return array_identity(value)
     if isinstance(value, dict):
@@ -165,6 +181,34 @@ def describe(value, depth: int = 0):
     if callable(value):
         return _function_identity(value, depth)
     return {"type": kind}
+
+
+TRUNCATED = "not described deeper"
+"""Key marking where :func:`describe` stopped (nested deeper than its limit)."""
+
+
+def optimizer_identity(optimizer) -> dict:
+    """What identifies an optax transformation beyond its state: :func:`describe` of its ``init`` and
+    ``update`` functions, twice as deep as other values. optax builds a transformation from closures, so this
+    holds each function's name (``scale_by_adam.<locals>.update_fn``) and the hyperparameters it captured, by
+    the variable's name (``b1``, ``nesterov``, ``step_size``, a schedule's ``init_value``...): ``adam(1e-3)``
+    against ``adam(1e-2)``, or ``nadam`` (``nesterov=True``) against ``adam``, differ here."""
+    return describe(optimizer, -_MAX_DEPTH)
+
+
+def undescribed(payload, prefix: str = "") -> list[str]:
+    """Where a description holds a value that :func:`describe` could not see into: cut at its depth limit, or
+    an object with neither attributes nor a function's code (a C object), as ``field`` paths."""
+    found = []
+    if isinstance(payload, dict):
+        if payload.get(TRUNCATED) or (set(payload) == {"type"} and payload["type"] != "builtins.NoneType"):
+            return [prefix or "(the value)"]
+        for key, value in payload.items():
+            found += undescribed(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(payload, list):
+        for i, value in enumerate(payload):
+            found += undescribed(value, f"{prefix}[{i}]")
+    return found
 
 
 def tree_identity(tree) -> dict:
@@ -277,8 +321,22 @@ def save(path: Path, trees: dict, meta: dict) -> None:
             continue
         for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
             arrays[f"{group}/{i}"] = np.asarray(leaf)
+    meta = dict(meta, checksum=contents_digest(meta, arrays))
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     atomic_savez(path, compressed=False, **arrays)
+
+
+def contents_digest(meta: dict, arrays: dict) -> str:
+    """SHA-256 of a checkpoint's contents: its meta entry (fingerprint, loop state with ``best_loss``,
+    history...; without the checksum itself) and every array entry's name, dtype, shape and bytes."""
+    digest = hashlib.sha256(
+        json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode()
+    )
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 class _Damaged(Exception):
@@ -321,9 +379,14 @@ def read(path: Path) -> tuple[dict, dict]:
             f"checkpoint {path} has layout {meta['format']!r}; this ukjax reads layout {CHECKPOINT_FORMAT}; "
             f"{AFRESH}"
         )
-    missing = [key for key in ("fingerprint", "steps", "state", "groups") if key not in meta]
+    missing = [key for key in ("fingerprint", "steps", "state", "groups", "checksum") if key not in meta]
     if missing or not isinstance(meta["state"], dict) or not isinstance(meta["fingerprint"], dict):
         raise ValueError(f"checkpoint {path}: its meta entry lacks {missing or 'a valid state'}; {AFRESH}")
+    if meta["checksum"] != contents_digest(meta, arrays):
+        raise ValueError(
+            f"checkpoint {path}: its contents (θ, the optimizer state, the best point or the loop state) do "
+            f"not match the checksum written with them: edited or damaged; {AFRESH}"
+        )
     return meta, arrays
 
 

@@ -36,6 +36,7 @@ import io
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -368,7 +369,11 @@ def _fingerprint(
     return _checkpoint.canonical(
         dict(
             parametrization=dict(leaves=leaves, params=_checkpoint.describe(space.base)),
-            optimizer=dict(state=_checkpoint.tree_identity(opt_state), description=description),
+            optimizer=dict(
+                state=_checkpoint.tree_identity(opt_state),
+                description=description,
+                transformation=_checkpoint.optimizer_identity(optimizer),
+            ),
             options=_checkpoint.describe(options),
             objective=_checkpoint.describe(objective),
             risk=_checkpoint.describe(risk),
@@ -516,12 +521,14 @@ def fit(
         steps: evaluations (accepted and rejected) at most.
         optimizer: any optax transformation; default :func:`default_optimizer` (Adam, cosine schedule over
             ``steps``).
-        optimizer_description: what identifies ``optimizer`` beyond its state (e.g. ``"adam lr=0.1"``), put
-            in the checkpoint's fingerprint. The state's structure, shapes, dtypes and initial values are
-            fingerprinted anyway, so ``optax.adam`` against ``optax.sgd`` is caught without it; a learning
-            rate held only in a closure (``optax.adam(0.1)`` against ``optax.adam(0.2)``) is not, unless
-            described here or held in the state (``optax.inject_hyperparams``). :func:`default_optimizer`
-            describes itself (its steps and learning rate).
+        optimizer_description: what identifies ``optimizer`` beyond what the checkpoint's fingerprint reads
+            of it (e.g. ``"adam lr=0.1"``). The fingerprint holds the state's structure, shapes, dtypes and
+            initial values, and the optimizer's functions with the hyperparameters their closures capture
+            (:func:`ukjax.tune._checkpoint.optimizer_identity`), so ``optax.adam`` against ``optax.sgd`` or
+            ``optax.nadam``, and ``optax.adam(0.1)`` against ``optax.adam(0.2)``, are caught without it;
+            where a hyperparameter cannot be read (an object without attributes, nested too deep), ``fit``
+            warns, naming the checkpoint, unless this is given. :func:`default_optimizer` describes itself
+            (its steps and learning rate).
         risk: :class:`~ukjax.tune.Mean` (default), :class:`~ukjax.tune.SmoothWorst` or
             :class:`~ukjax.tune.CVaR`.
         seed: seed of the scenario sampler; the same seed gives the same numbers.
@@ -598,6 +605,15 @@ def fit(
             system, space, scenarios, objective, risk, options, optimizer, opt_state,
             optimizer_description, seed, _checkpoint.describe(loop),
         )  # fmt: skip
+        unseen = _checkpoint.undescribed(fingerprint["optimizer"]["transformation"])
+        if unseen and fingerprint["optimizer"]["description"] is None:
+            warnings.warn(
+                f"checkpoint {ckpt}: the optimizer's hyperparameters cannot all be read (at "
+                f"optimizer.{unseen[0]}{' and more' if len(unseen) > 1 else ''}), so a resume cannot tell "
+                "this optimizer from one that differs there; pass optimizer_description to identify it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     if ckpt is not None:
         for stale in stale_temporary(ckpt.parent, ckpt.name):  # left by a writer that was killed
             stale.unlink(missing_ok=True)

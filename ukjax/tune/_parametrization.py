@@ -172,6 +172,36 @@ def path_name(path) -> str:
     return "/".join(_key_name(k) for k in path)
 
 
+def _mask_mismatch(tuned, leaves: dict) -> str:
+    """Why ``tuned``, read as a boolean mask, does not fit the params whose leaves (by path) are ``leaves``:
+    the paths it lacks and those it has beyond them, and what ``tuned`` can be instead."""
+    given = [path_name(path) for path, _ in jax.tree_util.tree_leaves_with_path(tuned)]
+    missing = [name for name in leaves if name not in given]
+    extra = [name for name in given if name not in leaves]
+    words = [
+        f"tuned {tuned!r} is read as a boolean mask (its values are not ukjax.tune Transforms), and a mask "
+        f"needs exactly the leaves of params {sorted(leaves)}"
+    ]
+    if missing:
+        words.append(f"it lacks {missing}")
+    if extra:
+        words.append(f"it has {extra}, which params does not")
+    if not missing and not extra:
+        structure = jax.tree_util.tree_structure
+        words.append(f"its structure {structure(tuned)} differs from params' {structure(leaves)}")
+    named = [v for v in jax.tree_util.tree_leaves(tuned) if isinstance(v, str)]
+    hint = (
+        f" ({named[0]!r} is a string: the transform is the function ukjax.tune.{named[0]}())"
+        if named and named[0] in ("log", "free", "softplus", "sigmoid", "box")
+        else ""
+    )
+    return (
+        "; ".join(words)
+        + f". To tune some leaves by name, give {{path: Transform}} such as {{'{(given or ['alpha'])[0]}': "
+        f"ukjax.tune.log()}}, or a list of paths{hint}"
+    )
+
+
 class Parametrization(eqx.Module):
     """The tuned leaves of a parameter pytree and their transforms; the other leaves stay as in ``params``.
 
@@ -203,7 +233,7 @@ class Parametrization(eqx.Module):
         else:
             mask = jax.tree_util.tree_leaves_with_path(tuned)
             if jax.tree_util.tree_structure(tuned) != jax.tree_util.tree_structure(params):
-                raise ValueError("a tuned mask must have the same pytree structure as params")
+                raise ValueError(_mask_mismatch(tuned, flat))
             specs = {path_name(path): default for path, on in mask if bool(on)}
         if not specs:
             raise ValueError("tuned names no leaf of params: nothing to tune")
