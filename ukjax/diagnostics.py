@@ -23,13 +23,23 @@ judged by where it ends).
 
 The default tolerances of these tests are here too: :func:`~ukjax.simulation.simulate` uses them when its
 ``consistency_rtol``, ``constraint_atol`` or ``constraint_rtol`` is ``None``.
+
+Stated ranges. A System may carry ranges of its coordinates as data (``System.coordinate_ranges``, e.g. the
+joint limits of a robot file, :meth:`ukjax.robots.Robot.system`); they are not enforced, and leaving them
+does not change the status (the integration itself succeeded). :func:`range_violations` checks a solution
+against them afterwards and names each coordinate that left its range, when it first did and by how much
+(:class:`RangeViolation`); :func:`range_excess` is the same check reduced to one number per range, a JAX
+function for use on the device (a sweep's metrics).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ukjax import dynamics
 from ukjax.constraints import stack_blocks
@@ -190,3 +200,117 @@ def _status(result, start_bad, diag):
         status = jnp.where(condition, jnp.int32(code), status)
     return status
 
+
+# ---------------------------------------------------------------------------------------------- stated ranges
+def _ranges(ranges) -> tuple[tuple[int, str, float, float], ...]:
+    """``(index into q, name, lower, upper)`` of each range: ``ranges`` itself, or the ``coordinate_ranges``
+    of a :class:`~ukjax.System` or :class:`~ukjax.robots.Robot`."""
+    return tuple(getattr(ranges, "coordinate_ranges", ranges))
+
+
+def _beyond(x, lower, upper, xp):
+    """Distance of x beyond [lower, upper] (0 inside, and where x is not finite), with ``xp`` NumPy or
+    jax.numpy."""
+    return xp.where(xp.isfinite(x), xp.maximum(xp.maximum(lower - x, x - upper), 0.0), 0.0)
+
+
+def range_excess(q, ranges) -> jax.Array:
+    """How far each coordinate went beyond its stated range: for q of shape (..., T, nq) (one trajectory's
+    saved coordinates, or a batch of them) and the ranges ``(index, name, lower, upper)`` (or a System or
+    Robot carrying them), the array (..., k) of max over saved times of max(lower - q_i, q_i - upper, 0),
+    one per range, in the coordinate's unit (rad or m); 0 where the coordinate stayed in its range.
+    Non-finite values (saved times after a failure, :class:`~ukjax.solution.Solution`) count as 0.
+    A JAX function: it runs inside ``jit`` and ``vmap``."""
+    ranges = _ranges(ranges)
+    q = jnp.asarray(q)
+    if not ranges:
+        return jnp.zeros((*q.shape[:-2], 0), q.dtype)
+    index = jnp.asarray([r[0] for r in ranges])
+    lower = jnp.asarray([r[2] for r in ranges], q.dtype)
+    upper = jnp.asarray([r[3] for r in ranges], q.dtype)
+    return jnp.max(_beyond(q[..., index], lower, upper, jnp), axis=-2)
+
+
+class RangeViolation(NamedTuple):
+    """A coordinate that left its stated range in one scenario (:func:`range_violations`).
+
+    Attributes:
+        name: the coordinate's name (a robot's joint).
+        coordinate: its index in q.
+        scenario: the index in the batch of a batched solution, ``None`` for a single one.
+        time: when it first left the range (s): the crossing of ``limit``, interpolated linearly between the
+            last saved time inside and the first outside (``ts[0]`` if it starts outside).
+        bound: ``"lower"`` or ``"upper"``, the bound crossed at ``time``.
+        limit: that bound's value (rad or m).
+        excess: the largest distance beyond the range over the saved times (rad or m), > 0.
+        excess_time: the saved time of that largest distance (s).
+    """
+
+    name: str
+    coordinate: int
+    scenario: int | None
+    time: float
+    bound: str
+    limit: float
+    excess: float
+    excess_time: float
+
+    def describe(self) -> str:
+        """One line, e.g. ``joint 'wrist' (q[5]) left its range through its lower limit -6.283 at t =
+        0.1042 s, by up to 0.8 at t = 0.2 s``."""
+        where = "" if self.scenario is None else f"scenario {self.scenario}: "
+        return (
+            f"{where}joint {self.name!r} (q[{self.coordinate}]) left its range through its {self.bound} "
+            f"limit {self.limit:.4g} at t = {self.time:.4g} s, by up to {self.excess:.3g} at t = "
+            f"{self.excess_time:.4g} s"
+        )
+
+
+def range_violations(solution, ranges) -> list[RangeViolation]:
+    """Every coordinate of ``solution`` that left its stated range at a saved time, first by scenario then
+    in the order of the ranges.
+
+    ``ranges``: a :class:`~ukjax.System` or :class:`~ukjax.robots.Robot` (their ``coordinate_ranges``), or
+    ``(index into q, name, lower, upper)`` tuples. ``solution``: a :class:`~ukjax.solution.Solution` (or
+    anything with its ``ts`` and ``q``), single (q of shape (T, nq)) or batched ((B, T, nq); then each
+    :class:`RangeViolation` names its scenario).
+
+    A value exactly at a bound is inside. Only the saved times are seen: a coordinate that leaves and
+    re-enters its range between two of them is not flagged, so save densely enough for the motion
+    (``simulate(..., ts=...)``). Non-finite values (after a failure) are skipped; the status says why the
+    run failed. The status itself is not changed by a violation: the ranges are not enforced.
+    """
+    ranges = _ranges(ranges)
+    q, ts = np.asarray(solution.q), np.asarray(solution.ts)
+    batched = q.ndim == 3
+    if not batched:
+        q, ts = q[None], ts[None]
+    ts = np.broadcast_to(ts, q.shape[:2])
+    found = []
+    for b in range(q.shape[0]):
+        for index, name, lower, upper in ranges:
+            x, t = q[b, :, index], ts[b]
+            finite = np.isfinite(x)
+            outside = np.flatnonzero(finite & ((x < lower) | (x > upper)))
+            if outside.size == 0:
+                continue
+            k = int(outside[0])
+            bound, limit = ("lower", lower) if x[k] < lower else ("upper", upper)
+            crossed = float(t[k])
+            if k > 0 and finite[k - 1]:
+                crossed = float(t[k - 1] + (t[k] - t[k - 1]) * (limit - x[k - 1]) / (x[k] - x[k - 1]))
+            beyond = _beyond(x, lower, upper, np)
+            worst = int(np.argmax(beyond))
+            found.append(
+                RangeViolation(
+                    name=name,
+                    coordinate=int(index),
+                    scenario=b if batched else None,
+                    time=crossed,
+                    bound=bound,
+                    limit=float(limit),
+                    excess=float(beyond[worst]),
+                    excess_time=float(t[worst]),
+                )
+            )
+    return found

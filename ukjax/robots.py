@@ -21,15 +21,20 @@ reach masses, centres of mass, inertias and joint placements:
 * ``body_mass``, ``body_ipos`` and the principal inertia ``body_inertia`` in the frame ``body_iquat``,
   rotated into the body frame (I = R diag(I_p) Rᵀ); gravity from ``opt.gravity``;
 * joint damping (``dof_damping``, the viscous torque -b q̇) and armature (``dof_armature``, a rotor
-  inertia added to M's diagonal), both parameters; joint ranges as data (limits are not enforced);
+  inertia added to M's diagonal), both parameters;
+* joint ranges (``jnt_range`` where ``jnt_limited``; MuJoCo compiles MJCF angles given in degrees, the
+  default of ``<compiler angle>``, and URDF ``<limit lower upper>`` to radians) as data,
+  :attr:`Robot.joint_range`: they are not enforced, but :meth:`Robot.system` records those of hinge and
+  slide joints on the System (``coordinate_ranges``) and :meth:`Robot.joint_range_violations` names every
+  joint a simulated trajectory took out of its range (:func:`ukjax.diagnostics.range_violations`);
 * MJCF ``<equality>`` ``connect`` (3 rows: a point of body 1 on a point of body 2), ``weld`` (6 rows:
   the relative pose fixed at MuJoCo's reference ``relpose``) and ``joint`` (q₁ = polynomial of q₂) as
   exact :class:`ukjax.Holonomic` constraints, not MuJoCo's soft constraints, optionally
   Baumgarte-stabilized: :meth:`Robot.equality_constraints`, included by :meth:`Robot.system` by default.
 
 ukjax's coordinates are MuJoCo's ``qpos`` for hinge and slide joints (same order and sign), so states
-carry over between the two. Contacts, actuators, tendons, joint limits, friction loss and joint springs
-(stiffness: a warning names the joints) are not mapped;
+carry over between the two. Contacts, actuators, tendons, joint limits (as forces: the ranges are data, see
+above), friction loss and joint springs (stiffness: a warning names the joints) are not mapped;
 joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joints map onto
 ``ukjax.multibody.ball()``/``free()`` (quaternion coordinates, nq ≠ nv, MuJoCo's conventions).
 """
@@ -48,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ukjax import multibody
+from ukjax import diagnostics, multibody
 from ukjax.constraints import Baumgarte, Holonomic
 from ukjax.system import System
 
@@ -117,7 +122,8 @@ class Robot(eqx.Module):
         body_names: the tree's bodies; a body with several joints gives intermediate bodies named
             ``"body:joint"`` for all but its last joint.
         joint_names: the joints, one per tree joint (:attr:`coordinate_names` names the velocity coordinates).
-        joint_range: (lower, upper) of each joint (rad or m), ``(-inf, inf)`` where it has no limit.
+        joint_range: (lower, upper) of each joint (rad or m), ``(-inf, inf)`` where it has no limit (for a
+            ball joint MuJoCo's (0, largest rotation angle), which :attr:`coordinate_ranges` leaves out).
         frame_names, site_names: the MuJoCo bodies (fused ones included) and sites reachable by
             :meth:`frame` and :meth:`point`.
     """
@@ -157,6 +163,27 @@ class Robot(eqx.Module):
     @property
     def n(self) -> int:
         return self.tree.n
+
+    @property
+    def coordinate_ranges(self) -> tuple[tuple[int, str, float, float], ...]:
+        """``(index into q, joint name, lower, upper)`` of every limited hinge and slide joint: the ranges
+        :meth:`system` records on the System and :meth:`joint_range_violations` checks (not enforced)."""
+        ranges, index = [], 0
+        for joint, name, (lower, upper) in zip(
+            self.tree.joints, self.joint_names, self.joint_range, strict=True
+        ):
+            if joint.kind in ("revolute", "prismatic") and (np.isfinite(lower) or np.isfinite(upper)):
+                ranges.append((index, name, lower, upper))
+            index += joint.nq
+        return tuple(ranges)
+
+    def joint_range_violations(self, solution) -> list:
+        """The joints of this robot that ``solution`` (single or batched, of a system of this robot) took
+        out of the ranges stated in its file: one :class:`ukjax.diagnostics.RangeViolation` per joint and
+        scenario, naming the joint, when it first left its range (interpolated between saved times) and by
+        how much at most; empty when every joint stayed in range. See
+        :func:`ukjax.diagnostics.range_violations`."""
+        return diagnostics.range_violations(solution, self.coordinate_ranges)
 
     @property
     def frame_names(self) -> tuple[str, ...]:
@@ -201,6 +228,9 @@ class Robot(eqx.Module):
         applied by the articulated-body algorithm (O(n)), so an armature set in ``params`` for a model
         loaded without one is not used: add it to the file.
 
+        The System carries the joint ranges as data (``coordinate_ranges``, :attr:`coordinate_ranges`); they
+        are not enforced: check a solution with :meth:`joint_range_violations`.
+
         ``loops=True`` adds :meth:`equality_constraints` (the MJCF ``<equality>`` elements active at the
         start, each stabilized by ``baumgarte`` if given) before ``constraints``; the other ``options``
         (``servo_constraints``, ``actuation``, ``nonideal``, ``constraint_rank``) go to
@@ -220,6 +250,7 @@ class Robot(eqx.Module):
             coordinate_names=self.coordinate_names,
             **options,
         )
+        system = dataclasses.replace(system, coordinate_ranges=self.coordinate_ranges)
         if not np.any(np.asarray(self.params["armature"])):
             return system
         tree_mass, tree_kinetic = system.mass, system.kinetic

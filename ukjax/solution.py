@@ -115,6 +115,10 @@ class Solution(eqx.Module):
     constraint_violated) the values at saved times past the point of failure are not meaningful (diffrax
     fills them with inf).
 
+    Ranges stated for the coordinates (``System.coordinate_ranges``, a robot file's joint limits) are not
+    enforced and do not enter the status: a trajectory that leaves them integrated correctly. Check it with
+    :func:`ukjax.diagnostics.range_violations` (``Robot.joint_range_violations``).
+
     **How a constraint row is judged** (``position_violation``, ``velocity_violation``, status
     ``constraint_violated``). Each row is judged on its own scale, in the manner of diffrax's per-component
     ``atol + rtol·|y|``. A row φ_i of the holonomic constraints, with gradient a_i = ∂φ_i/∂q (a row of A),

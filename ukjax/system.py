@@ -253,6 +253,9 @@ class System(eqx.Module):
             ``normalize(q)``. ``None``: the identity.
         coordinate_names: optional names of the coordinates (of the velocity: n of them), for plots and
             tables.
+        coordinate_ranges: ranges stated for configuration numbers, as data: ``(index into q, name, lower,
+            upper)`` each (e.g. a robot file's joint limits, :meth:`ukjax.robots.Robot.system`). They are not
+            enforced; :func:`ukjax.diagnostics.range_violations` checks a solution against them.
         layout: set by :func:`compose`: where each subsystem's coordinates sit (:class:`Layout`).
         levels: the hierarchy (:class:`Level`), lowest first, partitioning ``constraints``; ``None`` means
             one level holding all of them (a module's own constraints). :func:`compose` and
@@ -277,6 +280,7 @@ class System(eqx.Module):
     nq: int | None = eqx.field(static=True, default=None)
     retract: Callable[..., Any] | None = eqx.field(static=True, default=None)
     normalize: Callable[..., Any] | None = eqx.field(static=True, default=None)
+    coordinate_ranges: tuple[tuple[int, str, float, float], ...] = eqx.field(static=True, default=())
 
     def __post_init__(self):
         if self.nq is None:
@@ -306,6 +310,12 @@ class System(eqx.Module):
                 )
         if self.coordinate_names is not None and len(self.coordinate_names) != self.n:
             raise ValueError(f"{len(self.coordinate_names)} coordinate names for n = {self.n} coordinates")
+        for index, name, lower, upper in self.coordinate_ranges:
+            if not 0 <= index < self.nq or not lower <= upper:
+                raise ValueError(
+                    f"coordinate range {name!r}: needs 0 <= index < nq = {self.nq} and lower <= upper, "
+                    f"got index {index}, [{lower}, {upper}]"
+                )
         if self.layout is not None and self.layout.n != self.n:
             raise ValueError(f"layout covers {self.layout.n} coordinates, the system has n = {self.n}")
         if self.levels is not None:
@@ -974,6 +984,11 @@ def compose(
         layout=layout,
         levels=tuple(levels),
         mass_solve=mass_solve,
+        coordinate_ranges=tuple(  # each subsystem's ranges, at its place in the stacked q (nq = n here)
+            (slices[k].start + index, f"{k}.{name}", lower, upper)
+            for k in names
+            for index, name, lower, upper in subsystems[k].coordinate_ranges
+        ),
     )
 
 

@@ -105,6 +105,44 @@ def example_robot_file(relative: str) -> Path:
     )
 
 
+# ------------------------------------------------------------------------------------------ joint ranges
+MAX_PRINTED_VIOLATIONS = 5  # joint-range violations printed one per line; metrics.json records all
+
+
+def joint_range_record(robot, solution) -> dict:
+    """What a robot study records in metrics.json of the joint ranges stated in its file: the ranges
+    (``stated``: joint -> [lower, upper], rad or m), that ukjax does not enforce them, and every joint the
+    trajectory (``solution``: anything with ``ts`` and ``q``, single or batched) took out of its range, as
+    :class:`ukjax.diagnostics.RangeViolation` fields (:meth:`ukjax.robots.Robot.joint_range_violations`)."""
+    return {
+        "stated": {name: [lower, upper] for _, name, lower, upper in robot.coordinate_ranges},
+        "enforced": False,
+        "violations": [v._asdict() for v in robot.joint_range_violations(solution)],
+    }
+
+
+def joint_range_lines(record: dict, label: str = "") -> list[str]:
+    """The printed summary of a :func:`joint_range_record`: one line when no range is stated or every
+    joint stayed in its range; otherwise a warning and the first :data:`MAX_PRINTED_VIOLATIONS` violations,
+    one per line."""
+    from ukjax.diagnostics import RangeViolation
+
+    prefix = f"joint ranges{f' ({label})' if label else ''}"
+    stated, violations = record["stated"], record["violations"]
+    if not stated:
+        return [f"  {prefix}: none stated in the file"]
+    if not violations:
+        return [f"  {prefix}: held at every saved time ({len(stated)} stated; not enforced)"]
+    lines = [
+        f"  WARNING {prefix}: {len(violations)} joint-range violation(s); ukjax does not enforce the "
+        "file's joint limits, so the trajectory passed through them:"
+    ]
+    lines += [f"    {RangeViolation(**v).describe()}" for v in violations[:MAX_PRINTED_VIOLATIONS]]
+    if len(violations) > MAX_PRINTED_VIOLATIONS:
+        lines.append(f"    ... and {len(violations) - MAX_PRINTED_VIOLATIONS} more in metrics.json")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------ output folders
 RESULTS_ROOT = "ukjax-results"  # default parent of every study's output, relative to the current directory
 RESULT_FILES = ("metrics.json", "history.json")  # a folder holding one of these holds results

@@ -22,7 +22,8 @@ Checks against references that share no code with ukjax:
    velocity actuator, RK4 at the same step): how far its loops open, reported, not asserted.
 
 Outputs: ``metrics.json`` and ``foot_path.png`` (the foot path simulated and in closed form, the loop gaps
-over time).
+over time). metrics.json's ``joint_ranges`` and the printed summary report any joint the trajectory took out
+of a range stated in the file (the shipped leg states none; ranges are not enforced).
 """
 
 from __future__ import annotations
@@ -40,7 +41,15 @@ from ukjax.constraints import Baumgarte, Holonomic
 from ukjax.control import consistent_state
 from ukjax.simulation import RESULTS, simulate
 from ukjax.solvers import RK4
-from ukjax.studies._common import add_output_arguments, prepare_output, pyplot, save_figure, write_json
+from ukjax.studies._common import (
+    add_output_arguments,
+    joint_range_lines,
+    joint_range_record,
+    prepare_output,
+    pyplot,
+    save_figure,
+    write_json,
+)
 
 DESCRIPTION = "Jansen 2007: Strandbeest leg from MJCF, 3 connect loops as exact constraints vs closed form"
 PAPER_DEFAULTS = {}
@@ -440,6 +449,7 @@ def run(args) -> dict:
         "baumgarte": {"alpha": args.alpha, "beta": args.beta, "form": "quadratic: φ̈ + 2αφ̇ + β²φ = 0"},
         "crank_speed_rad_s": args.omega,
         "status": RESULTS(int(sol.status)).name,
+        "joint_ranges": joint_range_record(robot, sol),
         "tolerance_foot_m": args.tolerance,
         "max_constraint_violation_m": float(np.max(np.abs(residual[:, :-1]))),
         "max_drive_error_rad": float(drive_error.max()),
@@ -482,5 +492,6 @@ def _print_summary(m: dict) -> None:
         f"  KKT (MuJoCo M, mj_jac): constraint force rel. error {kkt:.1e}, crank torque |Δ| {torque:.1e} N m",
         f"  MuJoCo soft loops: max gap {soft['max_connect_gap_m']:.2e} m, foot off the closed form "
         f"by {soft['max_foot_error_vs_closed_form_m']:.2e} m",
+        *joint_range_lines(m["joint_ranges"]),
     ]
     print("\n".join(lines))

@@ -30,13 +30,15 @@ over the training batch: J = e + w_τ · peak torque (w_τ = 1e-5 m/(N m) by def
 log β (bounded by Tsit5's stability interval at the step, :func:`ukjax.tune.baumgarte_gain_bounds`) by
 :func:`ukjax.tune.fit`, from α = β = 5 1/s (Liu et al. 2015 take α = β and print no numbers). The tuned and
 the untuned gains are then scored on a held-out batch: position and orientation errors (m, rad) and peak
-torque (N m) per scenario.
+torque (N m) per scenario, and every joint the held-out trajectories took out of its range in the URDF (not
+enforced; metrics.json's ``joint_ranges``, printed as a warning).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+import types
 from pathlib import Path
 
 import diffrax
@@ -54,6 +56,8 @@ from ukjax.studies._common import (
     example_robot_file,
     fit_from_args,
     fixed_step_record,
+    joint_range_lines,
+    joint_range_record,
     prepare_output,
     pyplot,
     save_figure,
@@ -262,6 +266,7 @@ def _score(setup, space, batch, options):
             "position_error_m": position,
             "tool_m": tool,
             "ts": sol.ts[0],
+            "q": sol.q,
         }
 
     def run(theta):
@@ -363,6 +368,10 @@ def run(args) -> dict:
             "tuned_max_position_m": after["max_max_position_m"],
             "tuned_final_position_max_m": float(np.max(after_raw["final_position_m"])),
         },
+        "joint_ranges": {
+            label: joint_range_record(setup.robot, types.SimpleNamespace(ts=raw["ts"], q=raw["q"]))
+            for label, raw in (("heldout_untuned", before_raw), ("heldout_tuned", after_raw))
+        },
         "per_scenario_heldout": per_scenario,
         "wall_s": time.perf_counter() - tic,
         "figures": figures,
@@ -379,6 +388,8 @@ def run(args) -> dict:
             f"{text:>28}{1e3 * s['mean_rms_position_m']:>12.3f}{1e3 * s['max_max_position_m']:>12.3f}"
             f"{1e3 * s['mean_rms_orientation_rad']:>14.3f}{s['max_peak_torque_Nm']:>14.1f}"
         )
+    for label, record in metrics["joint_ranges"].items():
+        print("\n".join(joint_range_lines(record, label.replace("_", " "))))
     return metrics
 
 

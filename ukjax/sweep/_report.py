@@ -1,6 +1,13 @@
 """The report of a sweep: quantiles per metric, failures by status with their indices, histograms and
 metric-versus-parameter scatter plots (PNG), written to ``OUT/report/`` and printed.
 
+Joint ranges. Where the table has columns ``joint_range_excess.NAME`` (:data:`RANGE_COLUMN`: per scenario,
+the largest distance of coordinate NAME beyond the range its model states, max over saved times,
+:func:`ukjax.diagnostics.range_excess`; 0 inside; NaN for a scenario that did not complete), the report
+counts, per coordinate and in all, the scenarios that left a stated range, with their indices, and prints a
+warning: the ranges are not enforced and leaving them does not change a scenario's status. None of the
+registered sweep models is a robot or states ranges, so their reports have no such section.
+
 The table is read by :func:`ukjax.sweep.load` (every file proven); every report file is written atomically
 (figures are drawn into memory and written with :func:`ukjax._io.atomic_write_bytes`)."""
 
@@ -11,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ukjax.sweep import _store
-from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS
+from ukjax.sweep._scenarios import METRIC_DESCRIPTIONS, RANGE_COLUMN
 
 QUANTILES = (0.0, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 1.0)
 MAX_INDICES = 100  # failing indices listed per status
@@ -22,6 +29,40 @@ KEY_METRICS = ("peak_abs_u", "max_abs_phi", "tail_abs_phi", "peak_constraint_for
 
 def _is_final_state(name: str) -> bool:
     return name.startswith(("q_final[", "qd_final["))
+
+
+def _range_columns(names) -> dict[str, str]:
+    """Coordinate name -> column of its range excess (:data:`RANGE_COLUMN`)."""
+    prefix = RANGE_COLUMN + "."
+    return {name[len(prefix) :]: name for name in names if name.startswith(prefix)}
+
+
+def _joint_ranges(table, index: np.ndarray) -> dict | None:
+    """The scenarios that left a stated range, per coordinate and in all; None without range columns."""
+    columns = _range_columns(table.column_names)
+    if not columns:
+        return None
+    checked = np.ones(table.num_rows, bool)
+    outside_any = np.zeros(table.num_rows, bool)
+    by_coordinate = {}
+    for name, column in columns.items():
+        excess = _numeric(table.column(column))
+        checked &= np.isfinite(excess)
+        outside = np.isfinite(excess) & (excess > 0)
+        outside_any |= outside
+        by_coordinate[name] = {
+            "scenarios": int(outside.sum()),
+            "max_excess": float(excess[outside].max()) if outside.any() else 0.0,
+            "indices": index[outside][:MAX_INDICES].tolist(),
+        }
+    return {
+        "note": "ranges stated by the model (e.g. a robot file's joint limits), not enforced; excess: the "
+        "largest distance beyond the range over the saved times (rad or m); scenarios that did not "
+        "complete are not checked",
+        "scenarios_checked": int(checked.sum()),
+        "scenarios_outside": int(outside_any.sum()),
+        "by_coordinate": by_coordinate,
+    }
 
 
 def _numeric(column) -> np.ndarray | None:
@@ -76,7 +117,8 @@ def report(out, *, quiet: bool = False) -> dict:
     ok = status == 0
     metrics = [m for m in roles["metrics"] if _numeric(table.column(m)) is not None]
     # what the figures show first: the user's own metrics, then the peak control, then the violation
-    user = [m for m in metrics if m not in METRIC_DESCRIPTIONS and not _is_final_state(m)]
+    ranges = set(_range_columns(metrics).values())  # reported in their own section
+    user = [m for m in metrics if m not in METRIC_DESCRIPTIONS and not _is_final_state(m) and m not in ranges]
     key = user + [m for m in KEY_METRICS if m in metrics]
     folder = out / "report"
     result = {
@@ -95,6 +137,9 @@ def report(out, *, quiet: bool = False) -> dict:
         "rerun": "ukjax.sweep.rerun(OUT, [index]) re-simulates a scenario with its full trajectory",
         "figures": [],
     }
+    joint_ranges = _joint_ranges(table, index)
+    if joint_ranges is not None:
+        result["joint_ranges"] = joint_ranges
     for name in sorted(set(names[~ok])):
         failing = index[names == name]
         result["failures_by_status"][str(name)] = {
@@ -231,6 +276,24 @@ def _print(result: dict, folder: Path) -> None:
     for name, failure in result["failures_by_status"].items():
         shown = ", ".join(map(str, failure["indices"][:10]))
         print(f"  {name}: {failure['count']} scenarios, e.g. indices {shown}")
+    ranges = result.get("joint_ranges")
+    if ranges is not None and ranges["scenarios_outside"] == 0:
+        print(
+            f"joint ranges: {len(ranges['by_coordinate'])} stated, held in all {ranges['scenarios_checked']} "
+            "completed scenarios (not enforced)"
+        )
+    elif ranges is not None:
+        print(
+            f"WARNING joint ranges: {ranges['scenarios_outside']} of {ranges['scenarios_checked']} completed "
+            "scenarios left a range stated by the model (not enforced; the status does not show it)"
+        )
+        for name, entry in ranges["by_coordinate"].items():
+            if entry["scenarios"]:
+                shown = ", ".join(map(str, entry["indices"][:10]))
+                print(
+                    f"  {name}: {entry['scenarios']} scenarios, up to {entry['max_excess']:.3g} beyond, "
+                    f"e.g. indices {shown}"
+                )
     print(f"{'metric (successful scenarios)':<34}{'median':>11}{'95th pct':>11}{'99th pct':>11}{'max':>11}")
     for metric, q in result["quantiles_over_successful_scenarios"].items():
         if _is_final_state(metric) or "q50" not in q:

@@ -23,8 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax.diagnostics import range_excess
 from ukjax.simulation import COMPLETED
 from ukjax.sweep._spec import NUMBER_INTEGRATOR, STATIC_INTEGRATOR, Spec, grid_axes
+
+RANGE_COLUMN = "joint_range_excess"
+"""Columns ``RANGE_COLUMN.NAME``: how far coordinate NAME left the range its model states."""
 
 METRIC_DESCRIPTIONS = {
     "status": "ukjax.RESULTS code (0 = success); status_name is its name",
@@ -39,6 +43,8 @@ METRIC_DESCRIPTIONS = {
     "peak_abs_u": "controlled systems: max over saved times and actuators of |u|",
     "max_abs_servo_residual": "controlled systems: max over saved times of the servo-constraint residual",
     "tail_abs_servo_residual": "controlled systems: the same over the tail window",
+    "joint_range_excess.NAME": "models that state ranges (System.coordinate_ranges, a robot file's joint "
+    "limits): max over saved times of how far coordinate NAME was beyond its range (0 inside; not enforced)",
     "q_final[i]": "coordinate i at t1",
     "qd_final[i]": "velocity i at t1",
 }
@@ -240,6 +246,9 @@ def reducer(system, ts, t0, t1, tail: float, user_metrics: dict) -> Callable:
             row["peak_abs_u"] = _max(sol.u, (0, 1))
             row["max_abs_servo_residual"] = _max(sol.servo_residual, (0, 1))
             row["tail_abs_servo_residual"] = tail_max(sol.servo_residual)
+        excess = range_excess(sol.q, system)  # (k,): one per range the model states
+        for k, (_, name, _, _) in enumerate(system.coordinate_ranges):
+            row[f"{RANGE_COLUMN}.{name}"] = excess[k]
         for i in range(system.nq):
             row[f"q_final[{i}]"] = sol.q[-1, i]
         for i in range(system.n):
