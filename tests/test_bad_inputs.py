@@ -132,3 +132,42 @@ def test_a_bad_constraint_tolerance_is_named(constraint_atol, match):
         simulate(CIRCLE, Q0, QD0, P, constraint_atol=constraint_atol, **SHORT)
     with pytest.raises(ValueError, match=r"constraint_rtol must be >= 0"):
         simulate(CIRCLE, Q0, QD0, P, constraint_rtol=-1.0, **SHORT)
+
+
+# ------------------------------------------- issue 39: the argument at fault named, with what was expected
+
+
+@pytest.mark.parametrize(
+    "params, kind", [([1.0, 5.0, 5.0], "a list of 3 entries"), ((1.0,), "a tuple of 1 entry")]
+)
+def test_params_that_are_not_a_dict_are_named(params, kind):
+    """A list is a valid pytree, so the failure comes from the model's p["mass"]; it used to read "mass could
+    not be called as mass(q, t, p): list indices must be integers", blaming the function's signature."""
+    match = rf"mass: params is {kind}, and mass\(q, t, p\) could not index it .* pass params as the pytree"
+    with pytest.raises(ValueError, match=match) as error:
+        simulate(CIRCLE, Q0, QD0, params, **SHORT)
+    assert "could not be called" not in str(error.value)
+    with pytest.raises(ValueError, match=match):
+        simulate_batch(CIRCLE, Q0[None], QD0[None], params, **SHORT)
+
+
+def test_a_parameter_of_the_wrong_shape_is_named():
+    """A mass given as an array of the wrong shape failed with JAX's "mul got incompatible shapes for
+    broadcasting: (3,), (2,)", naming neither the parameter nor what the system needs."""
+    spring = System(mass=lambda q, t, p: jnp.eye(2), force=lambda q, qd, t, p: -p["k"] * q, n=2)
+    with pytest.raises(ValueError, match=r"force failed at the initial state: .*\(3,\), \(2,\); "
+                       r"params\['k'\] has shape \(3,\), a shape this error names: check it against .* "
+                       r"q has shape \(2,\)"):
+        simulate(spring, Q0, QD0, {"k": jnp.ones(3)}, **SHORT)
+    with pytest.raises(ValueError, match=r"mass failed at the initial state: mass\(q, t, p\) returned shape "
+                       r"\(3,\); expected \(2, 2\)"):
+        simulate(System(mass=lambda q, t, p: p["k"], force=spring.force, n=2), Q0, QD0, {"k": jnp.ones(3)},
+                 **SHORT)
+    with pytest.raises(ValueError, match=r"params\['k'\] is a list or tuple: give arrays"):
+        simulate(spring, Q0, QD0, {"k": [1.0, 2.0]}, **SHORT)
+
+
+def test_a_missing_key_lists_the_keys_there_are():
+    keys = r"its top-level keys are \['alpha', 'beta', 'm'\]"
+    with pytest.raises(ValueError, match=r"mass: the parameter pytree has no entry 'mass'; " + keys):
+        simulate(CIRCLE, Q0, QD0, {"m": 1.0, "alpha": 5.0, "beta": 5.0}, **SHORT)

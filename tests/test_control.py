@@ -290,3 +290,27 @@ def test_consistent_state_refuses_bad_pins():
         control.consistent_state(system, q, qd, 0.0, p, fixed=[2], fixed_rate=[2, 3])
     with pytest.raises(ValueError, match="fixed_position must hold coordinate indices"):
         control.consistent_state(system, q, qd, 0.0, p, fixed_position=[1.0])
+
+
+def test_non_numeric_servo_equations_are_named():
+    """Strings in D or r reached JAX's "Error interpreting argument" (issue 39); now the argument is named."""
+    D, r, words = jnp.eye(2), jnp.ones(2), np.array(["1", "1"])
+    for call, named in [
+        (lambda: control.servo_controllability(np.diag(words), r), "servo_controllability: D"),
+        (lambda: control.constraint_following_control(D, words), "constraint_following_control: r"),
+        (lambda: control.constraint_following_control(D, r, ["a", "b"]), "constraint_following_control: s"),
+    ]:
+        with pytest.raises(TypeError, match=named + " must be a real floating-point"):
+            call()
+
+
+def test_non_finite_servo_equation_is_reported_not_ranked():
+    """D with an inf entry: the rank was that of D with the entry zeroed (3 for this D), a number that looks
+    valid; now -1 (the rank of a non-finite matrix is undefined), the residual NaN and feasible False."""
+    D = jnp.arange(1.0, 10.0).reshape(3, 3).at[0, 0].set(jnp.inf)
+    report = control.servo_controllability(D, jnp.ones(3))
+    assert int(report.rank) == -1 and np.isnan(report.residual) and not bool(report.feasible)
+    report = control.servo_controllability(jnp.eye(3), jnp.ones(3).at[1].set(jnp.nan))
+    assert int(report.rank) == -1 and np.isnan(report.residual) and not bool(report.feasible)
+    finite = control.servo_controllability(jnp.arange(1.0, 10.0).reshape(3, 3), jnp.ones(3))
+    assert int(finite.rank) == 2 and bool(finite.feasible)

@@ -331,3 +331,30 @@ def test_gradient_of_consistency_at_consistent_b_is_finite():
     _, _, A, b, _ = make_problem(13, *DEFICIENT)
     g = jax.grad(dyn.constraint_consistency, argnums=(0, 1))(A, b)
     assert all(np.all(np.isfinite(x)) for x in g)
+
+
+def test_arguments_that_are_not_real_numbers_are_named():
+    """A string array reached JAX ("Error interpreting argument to stage as a JAX value") and mixed float32
+    and float64 inputs failed deep inside the solve under strict promotion (issue 39). Now a non-numeric
+    argument raises TypeError naming the function and the argument; integers and mixed precisions are
+    promoted."""
+    M, Q, A, b = np.eye(2), np.ones(2), np.array([[1.0, 1.0]]), np.ones(1)
+    words = np.array(["1", "2"])
+    for call, named in [
+        (lambda: dyn.uk_acceleration(M, words, A, b), "uk_acceleration: Q"),
+        (lambda: dyn.uk_acceleration(M, Q, A, b, words), "uk_acceleration: c"),
+        (lambda: dyn.uk_constraint_force(M, Q, A, words, method="svd"), "uk_constraint_force: b"),
+        (lambda: dyn.kkt_acceleration(words.reshape(1, 2), Q, A, b), "kkt_acceleration: M"),
+        (lambda: dyn.singular_mass_acceleration(M, Q, words.reshape(1, 2), b), "singular_mass_acc.*: A"),
+        (lambda: dyn.recursive_uk_acceleration(M, Q, [(A, words[:1])]), r"recursive_uk.*: blocks\[0\]\[1\]"),
+    ]:
+        with pytest.raises(TypeError, match=named + r".* must be a real floating-point array, got dtype <U1"):
+            call()
+    with pytest.raises(ValueError, match="uk_acceleration: M must be a real array, got dtype complex128"):
+        dyn.uk_acceleration(M + 0j, Q, A, b)
+    expected = dyn.uk_acceleration(M, Q, A, b)
+    mixed = dyn.uk_acceleration(M.astype(np.float32), Q.astype(np.int32), A, b)
+    assert mixed.dtype == jnp.float64
+    assert_tree_allclose(mixed, expected, rtol=1e-15, atol=0)
+    assert_tree_allclose(dyn.recursive_uk_acceleration(M.astype(np.float32), Q, [(A, b)]), expected,
+                         rtol=1e-12, atol=1e-12)

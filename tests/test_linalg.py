@@ -508,7 +508,12 @@ out = {
     "consistency_vmap": jax.jit(jax.vmap(constraint_consistency))(jnp.stack([A, A]), jnp.ones((2, 3)))[0],
 }
 assert all(bool(jnp.all(jnp.isnan(v))) for v in out.values()), out
-assert int(matrix_rank(A)) == -1 and int(jax.jit(jax.vmap(matrix_rank))(jnp.stack([A, A]))[0]) == -1
+assert int(jax.jit(matrix_rank)(A)) == -1 and int(jax.jit(jax.vmap(matrix_rank))(jnp.stack([A, A]))[0]) == -1
+try:
+    matrix_rank(A)
+    raise AssertionError("matrix_rank of a concrete non-finite A returned")
+except ValueError as error:
+    assert "NaN or inf" in str(error)
 s = input_status(jnp.eye(3), jnp.ones(3), A, jnp.ones(3))
 assert not bool(s.finite) and not bool(s.constraints_consistent) and bool(s.mass_positive_definite)
 assert not bool(motion_is_unique(A, A)) and not bool(is_positive_semidefinite(A))
@@ -518,7 +523,9 @@ print("returned")
 
 def test_non_finite_input_returns_without_entering_lapack():
     """A 3 x 3 matrix holding one inf: LAPACK's SVD never returned on it (pinv, matrix_rank,
-    constraint_consistency, also under jit(vmap)); now every function returns NaN (rank -1, flags False).
+    constraint_consistency, also under jit(vmap)); now every function returns NaN (rank -1 under jit, a
+    ValueError for a concrete A: there is no NaN rank; flags False). tests/test_nonfinite.py covers the
+    dynamics and control functions.
     Run in a subprocess with a timeout, so that a regression fails instead of hanging the suite."""
     import subprocess
     import sys
@@ -531,6 +538,30 @@ def test_non_finite_input_returns_without_entering_lapack():
     except subprocess.TimeoutExpired:
         pytest.fail("a linear-algebra function did not return on a matrix holding inf (LAPACK loop)")
     assert out.returncode == 0 and "returned" in out.stdout, out.stderr[-2000:]
+
+
+def test_non_numeric_input_is_refused_naming_the_argument():
+    """An array of strings reached JAX and failed with "Error interpreting argument to stage as a JAX value";
+    now each function names itself and its argument (issue 39). Integers are promoted to float (also under
+    strict dtype promotion), as jnp.linalg does."""
+    words = np.array([["1", "2"], ["3", "4"]])
+    cases = [(pinv, "pinv: A"), (lambda x: pinv(x, "householder"), "pinv: A"),
+             (matrix_rank, "matrix_rank: A"), (psd_pinv, "psd_pinv: G"), (psd_ginv, "psd_ginv: G"),
+             (cholesky, "cholesky: M")]
+    for fn, named in cases:
+        with pytest.raises(TypeError, match=named + r" must be a real floating-point matrix, got dtype <U1"):
+            fn(words)
+    ragged = r"pinv: A must be a real floating-point matrix, got a list that is not a rectangular array"
+    with pytest.raises(TypeError, match=ragged):
+        pinv([[1.0, 2.0], [3.0]])
+    with pytest.raises(TypeError, match=r"pinv: A .* got dtype object \(ndarray\)"):
+        pinv(np.array([[{}, 1.0]], dtype=object))
+    integers = jnp.array([[1, 2], [3, 4]], dtype=jnp.int32)
+    for method in ("svd", "greville"):
+        P = pinv(integers, method)
+        assert P.dtype == jnp.result_type(float)
+        np.testing.assert_allclose(P, np.linalg.inv([[1.0, 2.0], [3.0, 4.0]]), rtol=1e-12)
+    assert int(matrix_rank(np.array([[1, 2], [2, 4]]))) == 1
 
 
 def test_complex_matrix_and_invalid_rtol_raise():

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
+from collections.abc import Mapping
 
 import equinox as eqx
 import jax
@@ -345,19 +347,93 @@ def first_finite_scenario(q0, qd0, params) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+# A TypeError with one of these in its message is about the call itself (a wrong signature), not its body.
+_CALL_ERRORS = re.compile(
+    r"positional argument|keyword argument|required argument|takes \d+|is not callable|missing \d+ required"
+)
+# ... and with one of these, about indexing a value that is not a dict (p["m"] on a list, tuple or array).
+_INDEXING_ERRORS = re.compile(
+    r"indices must be integers|string indexing|not subscriptable|has no attribute|unhashable"
+    r"|index out of range|Too many indices|is not a valid JAX type"
+)
+_SHAPE = re.compile(r"\((\d+(?:, ?\d+)*,?)?\)")
+
+
+def _kind(params) -> str:
+    if isinstance(params, list | tuple):
+        count = len(params)
+        return f"a {type(params).__name__} of {count} {'entry' if count == 1 else 'entries'}"
+    return f"an array of shape {params.shape}" if hasattr(params, "shape") else f"a {type(params).__name__}"
+
+
+def _sequences(tree, path="params") -> list[str]:
+    """Paths of the lists and tuples inside a dict-like parameter pytree (a vector written as a list)."""
+    if isinstance(tree, Mapping):
+        return [hit for k, v in tree.items() for hit in _sequences(v, f"{path}[{k!r}]")]
+    return [path] if isinstance(tree, list | tuple) and path != "params" else []
+
+
+def _shape_hint(error_text: str, args) -> str:
+    """Which arguments have a shape that the error message names: the parameter leaves first (a mass or
+    length given as an array of the wrong shape), then q; empty when none does."""
+    named = set()
+    for found in _SHAPE.finditer(error_text):
+        inner = found.group(1) or ""
+        named.add(tuple(int(k) for k in inner.replace(" ", "").split(",") if k))
+    leaves = jax.tree_util.tree_leaves_with_path(args[-1])
+    hits = [f"params{jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(leaf))}"
+            for path, leaf in leaves if jnp.ndim(leaf) and tuple(jnp.shape(leaf)) in named]
+    q_shape = tuple(jnp.shape(args[0]))
+    if hits:
+        return (f"; {', '.join(hits[:5])}, a shape this error names: check it against what the function "
+                f"expects for a system whose q has shape {q_shape}")
+    arrays = [f"params{jax.tree_util.keystr(path)} {tuple(jnp.shape(leaf))}" for path, leaf in leaves
+              if jnp.ndim(leaf)]
+    if not (named and arrays):
+        return ""
+    return f" (q has shape {q_shape}; the array parameters are {', '.join(arrays[:6])})"
+
+
 def _call(what: str, signature: str, fn, *args):
-    """``fn(*args)``, with a failure of the user's function re-raised naming it and its signature."""
+    """``fn(*args)``, with a failure of the user's function re-raised naming it, its signature and, where the
+    failure points at one, the argument at fault: ``params`` when a function indexes a params that is not a
+    dict, a parameter leaf whose shape the error names."""
+    params = args[-1]
     try:
         return fn(*args)
     except KeyError as error:
+        keys = f"; its top-level keys are {sorted(map(str, params))}" if isinstance(params, Mapping) else ""
         raise ValueError(
-            f"{what}: the parameter pytree has no entry {error}; {what} reads it from p (signature "
+            f"{what}: the parameter pytree has no entry {error}{keys}; {what} reads it from p (signature "
             f"{signature})"
         ) from error
-    except TypeError as error:
-        raise ValueError(f"{what} could not be called as {signature}: {error}") from error
+    except (TypeError, IndexError) as error:
+        text = str(error)
+        indexing = isinstance(error, IndexError) or _INDEXING_ERRORS.search(text)
+        if not isinstance(params, Mapping) and indexing:
+            raise ValueError(
+                f"{what}: params is {_kind(params)}, and {signature} could not index it "
+                f"({type(error).__name__}: {text}); pass params as the pytree your model functions index, "
+                f"e.g. a dict {{'m': 1.0}} for p['m']"
+            ) from error
+        if isinstance(error, TypeError) and _CALL_ERRORS.search(text):
+            raise ValueError(f"{what} could not be called as {signature}: {text}") from error
+        sequences = _sequences(params)
+        if isinstance(error, TypeError) and sequences and re.search(r"'(?:list|tuple)'", text):
+            raise ValueError(
+                f"{what} failed at the initial state: {text}; {', '.join(sequences[:5])} "
+                f"{'is a list or tuple' if len(sequences) == 1 else 'are lists or tuples'}: give arrays "
+                f"(jnp.asarray([...])) for parameters the model computes with"
+            ) from error
+        raise ValueError(
+            f"{what} failed at the initial state: {type(error).__name__}: {text.rstrip('.')}"
+            f"{_shape_hint(text, args)}"
+        ) from error
     except ValueError as error:
-        raise ValueError(f"{what} failed at the initial state: {error}") from error
+        text = str(error)
+        hint = _shape_hint(text, args)
+        text = text.rstrip(".") if hint else text
+        raise ValueError(f"{what} failed at the initial state: {text}{hint}") from error
 
 
 def model_at_start(system, q0, qd0, t0, params, *, singular_mass: bool = False) -> None:

@@ -53,7 +53,7 @@ from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
 from ukjax._validation import coordinate_indices
 from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic, _time_argument
 from ukjax.dynamics import uk_acceleration
-from ukjax.linalg import matrix_rank, pinv
+from ukjax.linalg import _rank_or_minus_one, as_real_array, pinv, promote_floats
 
 
 class ServoEquation(eqx.Module):
@@ -154,18 +154,29 @@ def servo_equation(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> Se
     return ServoEquation(qdd_passive=qdd0, response=response, A=A_s, b=b_s, D=D, r=r)
 
 
+def _real_pair(where, D, r):
+    """(D, r) as real floating arrays of one dtype, a non-numeric one refused naming it
+    (:func:`ukjax.linalg.as_real_array`)."""
+    D, r = as_real_array(D, where, "D", "matrix"), as_real_array(r, where, "r")
+    dtype = promote_floats(D.dtype, r.dtype)
+    return D.astype(dtype), r.astype(dtype)
+
+
 def servo_controllability(D, r, *, rtol=None, consistency_rtol: float = CONSISTENCY_RTOL) -> Controllability:
     """Whether (C B̄) u = b̄ has a solution: seed 000 Assumption 3 (eq. 33) with the rank of Theorem 1 (eq. 34).
 
-    ``rtol`` is the rank tolerance of D⁺ (``None``: max(m, n) · eps); never NaN for finite input.
+    ``rtol`` is the rank tolerance of D⁺ (``None``: max(m, n) · eps); never NaN for finite input. Non-finite
+    D or r (a NaN or inf entry): ``residual`` NaN, ``rank`` -1 and ``feasible`` False, at once, without an
+    SVD of the non-finite matrix (:mod:`ukjax.linalg`, "Non-finite input"), concrete or traced alike. A
+    non-numeric D or r raises ``TypeError`` naming it.
     """
-    D, r = jnp.asarray(D), jnp.asarray(r)
+    D, r = _real_pair("servo_controllability", D, r)
     if D.ndim != 2 or r.shape != (D.shape[0],):
         raise ValueError(f"servo_controllability: need D (m, n_u) and r (m,), got {D.shape} and {r.shape}")
     finite = jnp.all(jnp.isfinite(D)) & jnp.all(jnp.isfinite(r))
-    D0, r0 = jnp.where(jnp.isfinite(D), D, 0.0), jnp.where(jnp.isfinite(r), r, 0.0)
-    residual = constraint_consistency(D0, r0, rtol=rtol)
-    rank = matrix_rank(D0, rtol) if D.size else jnp.array(0)
+    residual = jnp.where(finite, constraint_consistency(D, r, rtol=rtol), jnp.nan)
+    rank = jnp.where(finite, _rank_or_minus_one(D, rtol), -1) if D.size else jnp.array(0)
+    r0 = jnp.where(jnp.isfinite(r), r, 0.0)
     feasible = finite & (residual <= consistency_rtol * (1.0 + jnp.linalg.norm(r0)))
     return Controllability(residual=residual, rank=rank, feasible=feasible)
 
@@ -176,19 +187,24 @@ def constraint_following_control(D, r, s=None, *, rtol=None, pinv_method: str = 
     For an inconsistent equation this is the least-squares control (finite, never NaN). ``pinv_method`` is a
     method of :func:`ukjax.linalg.pinv`: ``"svd"`` (LAPACK) or a LAPACK-free one such as ``"householder"``,
     which batched simulations want (:mod:`ukjax.linalg`: jaxlib 0.10's batched LAPACK can deadlock XLA:CPU).
+    A NaN or inf in D, r or s gives an all-NaN u, without a factorization of the non-finite D; a non-numeric
+    argument raises ``TypeError`` naming it.
     """
-    D, r = jnp.asarray(D), jnp.asarray(r)
+    where = "constraint_following_control"
+    D, r = _real_pair(where, D, r)
     if D.ndim != 2 or r.shape != (D.shape[0],):
         raise ValueError(f"constraint_following_control: need D (m, n_u), r (m,); got {D.shape}, {r.shape}")
     D_pinv = pinv(D, pinv_method, rtol)
     u = D_pinv @ r
     if s is not None:
-        s = jnp.asarray(s)
+        s = as_real_array(s, where, "s").astype(D.dtype)
         if s.shape != (D.shape[1],):
             n_u = D.shape[1]
             raise ValueError(f"constraint_following_control: s must have shape ({n_u},), got {s.shape}")
         u = u + s - D_pinv @ (D @ s)
-    return u
+    # D⁺ is all NaN for a non-finite D already; r and s are tested in one reduction (one kernel under vmap)
+    finite = jnp.all(jnp.isfinite(r if s is None else jnp.concatenate([r, s])))
+    return jnp.where(finite, u, jnp.nan)
 
 
 def _null_vector(s, q, qd, t, p):
@@ -211,6 +227,8 @@ def servo_control(
 
     ``s(q, qd, t, p) -> (n_u,)`` picks the null-space component; ``None`` gives the minimum-norm u.
     ``pinv_method``: how D⁺ is computed (:func:`constraint_following_control`).
+    A NaN or inf in the system's M, Q, A or B at this state (a poisoned parameter, say) gives an all-NaN u at
+    once: every factorization on the way is screened (:mod:`ukjax.linalg`, "Non-finite input").
     """
     system.check_state(q, qd)
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
@@ -279,6 +297,8 @@ def closed_loop_acceleration(
     This is the hook ``ukjax.simulate`` calls for systems with ``actuation`` and ``servo_constraints``; it
     records u(t), ``servo_residual`` (see :class:`ClosedLoop`) and ``feasible`` (status ``control_infeasible``
     when False).
+    Non-finite M, Q, A or B at this state gives an all-NaN q̈ and u and ``feasible`` False, without a
+    factorization of the non-finite matrices.
     """
     system.check_state(q, qd)
     return _closed_loop_acceleration(system, q, qd, _time_argument(t, q), p, s, method, rtol)

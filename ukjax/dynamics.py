@@ -67,6 +67,14 @@ Input checks (:mod:`ukjax._checks`): shapes are checked at trace time, always. E
 ``check=False``; ``check=True`` adds ``equinox.error_if`` tests (non-finite input, asymmetric M, M not
 positive (semi)definite as the form requires) that raise under ``jit`` and ``vmap``. Every form reads only
 the symmetric part (M + Mᵀ)/2 of M. Each function is compiled (``jax.jit``) on first call per shape.
+Arguments: a non-numeric one (strings, objects) raises ``TypeError`` naming it, a complex one ``ValueError``;
+integers are promoted to float, and mixed float32/float64 inputs to float64.
+
+Non-finite input: with ``check=False`` every form returns all NaN (q̈, forces, λ, P) as soon as an entry of
+M, Q, A, b, c (or of a block, or R) is NaN or ±inf, at once and without running a factorization on it (the
+eigendecomposition of the reference form and every SVD are screened, see :mod:`ukjax.linalg`, "Non-finite
+input"); before, the Cholesky forms gave a finite q̈ for M[0, 0] = inf. With ``check=True`` the same input
+raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -82,12 +90,15 @@ from ukjax._checks import constraint_consistency as constraint_consistency
 from ukjax._checks import raise_if_invalid, symmetric_part, validate_blocks, validate_system
 from ukjax.linalg import (
     PINV_METHODS,
+    _finite_or_zero,
+    as_real_array,
     check_rtol,
     cho_solve,
     cholesky,
     gram,
     materialize,
     pinv,
+    promote_floats,
     psd_ginv,
     psd_pinv,
     small_matmul,
@@ -147,12 +158,22 @@ def gram_rtol(m: int, n: int, dtype=jnp.float64) -> float:
 _GRAM_INVERSES = {"ldl": psd_ginv, "cholesky": psd_pinv}
 
 
+def _screened_eigh(M):
+    """(w, V, finite): ``jnp.linalg.eigh`` of M, or of the identity when M holds NaN or ±inf, so that
+    LAPACK's eigensolver never iterates on a non-finite matrix (``ukjax.linalg._finite_or_zero``); the
+    callers put NaN back where ``finite`` is False."""
+    M0, finite = _finite_or_zero(M)
+    w, V = jnp.linalg.eigh(jnp.where(finite, M0, jnp.eye(M.shape[0], dtype=M.dtype)))
+    return w, V, finite
+
+
 @jax.custom_jvp
 def _spd_sqrt_pair(M):
-    """(M^{1/2}, M^{-1/2}) of a symmetric positive-definite M by M = V diag(w) Vᵀ."""
-    w, V = jnp.linalg.eigh(M)
+    """(M^{1/2}, M^{-1/2}) of a symmetric positive-definite M by M = V diag(w) Vᵀ; all NaN for non-finite M
+    (the eigensolver is not run on it)."""
+    w, V, finite = _screened_eigh(M)
     s = jnp.sqrt(w)
-    return (V * s) @ V.T, (V / s) @ V.T
+    return jnp.where(finite, (V * s) @ V.T, jnp.nan), jnp.where(finite, (V / s) @ V.T, jnp.nan)
 
 
 @_spd_sqrt_pair.defjvp
@@ -160,11 +181,26 @@ def _spd_sqrt_pair_jvp(primals, tangents):
     # S dS + dS S = dM is diagonal in the eigenbasis with divisor s_i + s_j > 0: finite for repeated
     # eigenvalues, where the derivative of eigh itself is not.
     (M,), (dM,) = primals, tangents
-    w, V = jnp.linalg.eigh(M)
+    w, V, finite = _screened_eigh(M)
     s = jnp.sqrt(w)
     S, S_inv = (V * s) @ V.T, (V / s) @ V.T
     dS = V @ ((V.T @ dM @ V) / (s[:, None] + s[None, :])) @ V.T
-    return (S, S_inv), (dS, -S_inv @ dS @ S_inv)
+    nan_unless_finite = lambda x: jnp.where(finite, x, jnp.nan)
+    primal_out = (nan_unless_finite(S), nan_unless_finite(S_inv))
+    return primal_out, (nan_unless_finite(dS), nan_unless_finite(-S_inv @ dS @ S_inv))
+
+
+def _nan_unless_finite(outputs, *inputs):
+    """``outputs`` (a pytree), every entry NaN unless every entry of ``inputs`` (None skipped) is finite.
+
+    The forms' convention for non-finite input, whatever their arithmetic would make of it: the Cholesky
+    form gave a finite q̈ for M[0, 0] = inf (that coordinate held still) and LAPACK's factorizations may not
+    return on it (:mod:`ukjax.linalg`, "Non-finite input"). One finiteness test over all input entries
+    (a single reduction: one more kernel under ``vmap``) and one select per output.
+    """
+    entries = [jnp.ravel(x) for x in inputs if x is not None]
+    _, finite = _finite_or_zero(jnp.concatenate(entries))  # one reduction, not one kernel per input
+    return jax.tree_util.tree_map(lambda x: jnp.where(finite, x, jnp.nan), outputs)
 
 
 class _Eq35Factors(eqx.Module):
@@ -309,7 +345,7 @@ def uk_solve_with(solve, Q, A, b, c=None, *, method: str = "ldl", rtol=None):
     if method not in GRAM_METHODS:
         raise ValueError(f"uk_solve_with: method must be one of {GRAM_METHODS}, got {method!r}")
     check_rtol(rtol, "uk_solve_with")
-    Q, A, b = jnp.asarray(Q), jnp.asarray(A), jnp.asarray(b)
+    Q, A, b, c = _real_inputs("uk_solve_with", Q=Q, A=A, b=b, c=c)
     n, m = Q.shape[0], A.shape[0]
     if Q.ndim != 1 or A.shape != (m, n) or b.shape != (m,) or (c is not None and jnp.shape(c) != (n,)):
         raise ValueError(
@@ -404,11 +440,12 @@ def _reference_terms(M, Q, A, b, c, method, rtol):
 def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
     if check:
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
+    inputs = (M, Q, A, b, c)
     M = symmetric_part(M)
     if method in GRAM_METHODS:
-        A, b, rtol = _gram_problem(A, b, M.shape[0], M.dtype, rtol)
-        return _eq35_terms(method, M, Q, A, b, c, rtol)
-    return _reference_terms(M, Q, A, b, c, method, rtol)
+        A_, b_, rtol_ = _gram_problem(A, b, M.shape[0], M.dtype, rtol)
+        return _nan_unless_finite(_eq35_terms(method, M, Q, A_, b_, c, rtol_), *inputs)
+    return _nan_unless_finite(_reference_terms(M, Q, A, b, c, method, rtol), *inputs)
 
 
 def _checked(program, *args, check, **static):
@@ -428,11 +465,24 @@ def _checked(program, *args, check, **static):
         raise ValueError(found.group(1).strip()) from None
 
 
+def _real_inputs(where, **arrays):
+    """The named arrays (None stays None) as real floating arrays of one dtype, before any shape check.
+
+    A non-numeric argument (strings, objects) raises ``TypeError`` naming it, a complex one ``ValueError``
+    (:func:`ukjax.linalg.as_real_array`); integers are promoted to the default float, and mixed floating
+    precisions to the widest one, explicitly, so that strict dtype promotion accepts them.
+    """
+    out = {k: None if x is None else as_real_array(x, where, k) for k, x in arrays.items()}
+    present = [x for x in out.values() if x is not None]
+    dtype = promote_floats(*[x.dtype for x in present]) if present else None
+    return [None if x is None else x.astype(dtype) for x in out.values()]
+
+
 def _uk(where, M, Q, A, b, c, method, rtol, check):
     check_rtol(rtol, where)
     if method not in ACCELERATION_METHODS:
         raise ValueError(f"{where}: unknown method {method!r}; choose one of {ACCELERATION_METHODS}")
-    M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
+    M, Q, A, b, c = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b, c=c))
     # ``where`` only names the function in check messages; unchecked, the three public names share a compile.
     check = bool(check)
     return _checked(_uk_terms, M, Q, A, b, c, rtol, where=where if check else "", method=method, check=check)
@@ -506,7 +556,8 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     n + m. ``check=True`` requires M symmetric positive semidefinite with rank [M; A] = n.
     """
     check_rtol(rtol, "kkt_acceleration")
-    M, Q, A, b, _ = validate_system("kkt_acceleration", M, Q, A, b)
+    where = "kkt_acceleration"
+    M, Q, A, b, _ = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b))
     return _checked(_kkt, M, Q, A, b, rtol, check=bool(check))
 
 
@@ -518,7 +569,7 @@ def _kkt(M, Q, A, b, rtol, *, check):
     n, m = M.shape[0], A.shape[0]
     K = jnp.block([[M, -A.T], [A, jnp.zeros((m, m), M.dtype)]])
     sol = pinv(K, "svd", rtol) @ jnp.concatenate([Q, b])
-    return sol[:n], sol[n:]
+    return _nan_unless_finite((sol[:n], sol[n:]), M, Q, A, b)
 
 
 def singular_mass_acceleration(
@@ -544,7 +595,7 @@ def singular_mass_acceleration(
     check_rtol(rtol, where)
     if form not in SINGULAR_MASS_FORMS:
         raise ValueError(f"{where}: unknown form {form!r}; choose one of {SINGULAR_MASS_FORMS}")
-    M, Q, A, b, c = validate_system(where, M, Q, A, b, c)
+    M, Q, A, b, c = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b, c=c))
     return _checked(_singular_mass, M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
 
 
@@ -558,9 +609,11 @@ def _singular_mass(M, Q, A, b, c, rtol, *, form, method, check):
     E = jnp.eye(M.shape[0], dtype=M.dtype) - A_pinv @ A
     if form == "falco":
         Q_tilde = pinv(E @ M @ E, method, rtol)
-        return Q_tilde @ F + A_pinv @ b - Q_tilde @ (M @ (A_pinv @ b))
-    M_bar = jnp.concatenate([E @ M, A], axis=0)
-    return pinv(M_bar, method, rtol) @ jnp.concatenate([E @ F, b])
+        qdd = Q_tilde @ F + A_pinv @ b - Q_tilde @ (M @ (A_pinv @ b))
+    else:
+        M_bar = jnp.concatenate([E @ M, A], axis=0)
+        qdd = pinv(M_bar, method, rtol) @ jnp.concatenate([E @ F, b])
+    return _nan_unless_finite(qdd, M, Q, A, b, c)
 
 
 def recursive_uk_acceleration(
@@ -605,12 +658,33 @@ def recursive_uk_acceleration(
     check_rtol(rtol, where)
     if covariance_update not in ("joseph", "simple"):
         raise ValueError(f"{where}: covariance_update must be joseph or simple, not {covariance_update!r}")
-    M, Q, _, _, _ = validate_system(where, M, Q)
+    blocks = [_real_block(where, k, block) for k, block in enumerate(blocks)]
+    R = None if R is None else [None if R_k is None else as_real_array(R_k, where, f"R[{k}]")
+                                for k, R_k in enumerate(R)]
+    M, Q, _, _, _ = validate_system(where, *_real_inputs(where, M=M, Q=Q))
     As, bs, Rs = validate_blocks(where, M.shape[0], blocks, R)
+    dtype = promote_floats(*[x.dtype for x in (M, *As, *bs, *Rs) if x is not None])
+    M, Q = M.astype(dtype), Q.astype(dtype)
+    As, bs = [x.astype(dtype) for x in As], [x.astype(dtype) for x in bs]
+    Rs = [None if x is None else x.astype(dtype) for x in Rs]
     acc, P = _checked(
         _recursive, M, Q, As, bs, Rs, rtol, covariance_update=covariance_update, check=bool(check)
     )
     return (acc, P) if return_covariance else acc
+
+
+def _real_block(where, k, block):
+    """Block k of :func:`recursive_uk_acceleration` with its entries checked by
+    :func:`ukjax.linalg.as_real_array`; a block that is not a pair is left to ``validate_blocks``."""
+    try:
+        items = list(block)
+    except TypeError:
+        kind = type(block).__name__
+        raise TypeError(f"{where}: blocks[{k}] must be a pair (A_k, b_k), got {kind}") from None
+    if len(items) != 2:
+        return block
+    return tuple(as_real_array(x, where, f"blocks[{k}][{i}] ({'A_k' if i == 0 else 'b_k'})")
+                 for i, x in enumerate(items))
 
 
 @functools.partial(jax.jit, static_argnames=("covariance_update", "check"))
@@ -638,4 +712,5 @@ def _recursive(M, Q, As, bs, Rs, rtol, *, covariance_update, check):
             P = I_KA @ P @ I_KA.T + K @ noise @ K.T
         else:
             P = P - K @ (A_k @ P)
-    return acc, P
+    noises = [R_k for R_k in Rs if R_k is not None]
+    return _nan_unless_finite((acc, P), M, Q, *As, *bs, *noises)

@@ -59,11 +59,28 @@ exact wherever the rank is locally constant (also at rank-deficient A) and alway
 through SVD factors, which is NaN at repeated (e.g. zero) singular values. (``jnp.linalg.pinv`` of jax 0.10
 has a custom JVP with the same formula; the tests use it as an independent check.)
 
-Non-finite input: if any entry of A is NaN or ±inf, every entry of the result is NaN (no exception, also under
-``jit``/``vmap``); the dynamics layer detects and reports it. The factorization itself runs on a zero matrix
-then: LAPACK's SVD never returned on a 3 x 3 matrix holding one inf (jax 0.10.2). Bad arguments raise
-``ValueError``: a complex matrix, a concrete ``rtol`` that is negative, NaN or not a scalar (a traced one
-cannot be checked on the host and gives an all-NaN result instead).
+Non-finite input: no function of this module runs a factorization, LAPACK's or its own, on a matrix
+holding NaN or ±inf. LAPACK's SVD (``gesdd`` with singular vectors) never returned on a 3 x 3 matrix holding
+one inf (jax 0.10.2; ``jnp.linalg.svd`` of [[inf, 2, 3], [4, 5, 6], [7, 8, 9]] still ran after 20 s), so
+every path that reaches a factorization screens its input first with one ``jnp.isfinite(A).all()`` and a
+``jnp.where`` (``_finite_or_zero``): the factorization runs on a zero matrix and the result is put back to
+NaN. What callers get:
+
+- :func:`pinv` (every method), :func:`psd_pinv`, :func:`psd_ginv`: every entry NaN, no exception, also
+  under ``jit``/``vmap``; the dynamics layer detects and reports it.
+- :func:`matrix_rank`: a concrete non-finite A raises ``ValueError`` (a rank is an integer; there is no NaN
+  rank); under ``jit``/``vmap``/``grad``, where A cannot be read on the host, the sentinel -1.
+- :func:`cholesky`, :func:`cho_solve` (no iteration to converge, so nothing to hang): NaN propagates
+  through the arithmetic.
+
+The same screen guards the LAPACK calls outside this module: the symmetric square root (``eigh``) of the
+reference UK form (:mod:`ukjax.dynamics`, whose forms all return NaN for non-finite input), and the SVD
+of :mod:`ukjax._checks` (``motion_is_unique``, ``constraint_consistency`` by :func:`pinv`).
+``tests/test_nonfinite.py`` runs every public function that can reach LAPACK on NaN and on inf under a
+time limit. Bad arguments raise before JAX sees them: ``TypeError`` naming the argument for a non-numeric
+array (:func:`as_real_array`), ``ValueError`` for a complex matrix and for a concrete ``rtol`` that is
+negative, NaN or not a scalar (a traced one cannot be checked on the host and gives an all-NaN result
+instead).
 
 No batched LAPACK in the UK path: :func:`cholesky` and :func:`cho_solve` are XLA code at every size, because
 jaxlib 0.10's batched LAPACK kernels can deadlock XLA:CPU's thread pool (:func:`cholesky` has the details).
@@ -104,15 +121,56 @@ def default_rtol(shape, dtype, method: str = "svd") -> float:
     return _RTOL_FACTOR[method] * max(shape[-2], shape[-1]) * float(jnp.finfo(dtype).eps)
 
 
-def _check_matrix(A, name="pinv", square=False):
-    A = jnp.asarray(A)
+def _describe(x) -> str:
+    """What ``x`` is, for an error message: its dtype, or its type when it is not an array of one dtype."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(x).dtype
+        except (TypeError, ValueError):
+            return f"a {type(x).__name__} that is not a rectangular array of numbers"
+    return f"dtype {dtype}" + (f" ({type(x).__name__})" if np.dtype(dtype).kind == "O" else "")
+
+
+def as_real_array(x, where: str, name: str, what: str = "array"):
+    """``x`` as a JAX array of a real floating-point dtype, its dtype checked before JAX reads it.
+
+    Integer and boolean input is promoted to the default floating dtype (float64 with ``jax_enable_x64``), as
+    ``jnp.linalg`` does, also under ``jax_numpy_dtype_promotion="strict"`` (the cast is explicit). Strings,
+    other objects, ragged nested lists and None raise ``TypeError`` naming ``where`` and the argument
+    ``name`` ("pinv: A must be a real floating-point array, got dtype <U3"); complex input raises
+    ``ValueError`` (the imaginary part would be dropped).
+    """
+    leaves = jax.tree_util.tree_leaves(x) if isinstance(x, list | tuple) else [x]
+    strings = any(isinstance(leaf, str | bytes) for leaf in leaves)
+    try:
+        if strings:  # (jnp.asarray would read a string as a dtype name)
+            raise TypeError
+        array = jnp.asarray(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: {name} must be a real floating-point {what}, got {_describe(x)}") from None
+    if jnp.issubdtype(array.dtype, jnp.complexfloating):
+        raise ValueError(f"{where}: {name} must be a real {what}, got dtype {array.dtype} "
+                         "(complex is not supported)")
+    if not jnp.issubdtype(array.dtype, jnp.floating):
+        if not (jnp.issubdtype(array.dtype, jnp.integer) or array.dtype == bool):
+            raise TypeError(f"{where}: {name} must be a real floating-point {what}, got dtype {array.dtype}")
+        array = array.astype(jnp.result_type(float))
+    return array
+
+
+def promote_floats(*dtypes):
+    """The floating dtype all of ``dtypes`` (real floating dtypes) convert to without loss, by JAX's standard
+    lattice, also where ``jax_numpy_dtype_promotion`` is "strict" (the caller casts explicitly)."""
+    with jax.numpy_dtype_promotion("standard"):
+        return functools.reduce(jnp.promote_types, dtypes)
+
+
+def _check_matrix(A, name="pinv", square=False, arg="A"):
+    A = as_real_array(A, name, arg, "matrix")
     if A.ndim != 2 or (square and A.shape[0] != A.shape[1]):
         kind = "square 2-D" if square else "2-D"
         raise ValueError(f"{name} expects a {kind} matrix, got shape {A.shape}; use jax.vmap for batches")
-    if jnp.issubdtype(A.dtype, jnp.complexfloating):
-        raise ValueError(f"{name} expects a real matrix, got dtype {A.dtype} (complex is not supported)")
-    if not jnp.issubdtype(A.dtype, jnp.floating):
-        A = A.astype(jnp.result_type(float))
     return A
 
 
@@ -518,8 +576,10 @@ def pinv(A, method: str = "svd", rtol=None):
     ``rtol``: relative rank tolerance (see the module docstring); ``None`` means the method's default
     :func:`default_rtol`. Works for any m, n (including rank-deficient and zero A), float32 and float64;
     ``jax.jvp``/``jax.grad`` use the Golub-Pereyra formula. Non-finite A gives an all-NaN result without
-    running the factorization on it. A complex A, or a concrete ``rtol`` that is negative, NaN or not a
-    scalar, raises ``ValueError``; a traced invalid ``rtol`` gives an all-NaN result.
+    running the factorization on it (every method, also under ``jit``/``vmap``). Integer A is promoted to
+    float; a non-numeric A (strings, objects) raises ``TypeError`` naming it, a complex A, or a concrete
+    ``rtol`` that is negative, NaN or not a scalar, ``ValueError``; a traced invalid ``rtol`` gives an all-NaN
+    result.
     """
     A = _check_matrix(A)
     if method not in _IMPLEMENTATIONS:
@@ -533,11 +593,25 @@ def pinv(A, method: str = "svd", rtol=None):
 def matrix_rank(A, rtol=None):
     """Number of singular values of A larger than ``rtol * σ₁`` (default ``rtol = max(m, n) * eps``).
 
-    A matrix holding NaN or ±inf, or a traced ``rtol`` that is negative or NaN, gives -1 (the SVD is not run
-    on non-finite entries); a concrete invalid ``rtol`` raises ``ValueError``.
+    Non-finite input: the rank of a matrix holding NaN or ±inf is undefined and the SVD is never run on it
+    (LAPACK's SVD may not return on inf). A concrete A (known on the host) holding one raises ``ValueError``;
+    under ``jit``/``vmap``/``grad``, where A is traced and cannot be read on the host, the result is the
+    sentinel -1, which is never a rank (the same for a traced ``rtol`` that is negative or NaN). A concrete
+    invalid ``rtol`` raises ``ValueError``; so do a complex A and (``TypeError``) a non-numeric one.
     """
     A = _check_matrix(A, "matrix_rank")
     check_rtol(rtol, "matrix_rank")
+    if not isinstance(A, jax.core.Tracer) and not bool(np.isfinite(np.asarray(A)).all()):
+        raise ValueError("matrix_rank: A has a NaN or inf entry; the rank of a non-finite matrix is "
+                         "undefined (under jit, where A is traced, the result is -1 instead)")
+    return _rank_or_minus_one(A, rtol)
+
+
+def _rank_or_minus_one(A, rtol=None):
+    """:func:`matrix_rank` without the host check: -1 for a non-finite A (or traced invalid ``rtol``) also
+    when A is concrete. For callers that report flags instead of raising
+    (:func:`ukjax.control.servo_controllability`)."""
+    A = _check_matrix(A, "matrix_rank")
     return _matrix_rank(A, _rtol_array(rtol, A))
 
 
@@ -674,7 +748,7 @@ def cholesky(M):
     Derivatives by ordinary autodiff. A matrix that is not positive definite gives NaN entries, as
     ``jnp.linalg.cholesky`` does.
     """
-    M = _check_matrix(M, "cholesky", square=True)
+    M = _check_matrix(M, "cholesky", square=True, arg="M")
     if M.shape[0] == 0:
         return M
     return _cholesky(M, M.shape[0] <= _UNROLL_MAX)
@@ -692,7 +766,7 @@ def cho_solve(L, B):
     Forward then back substitution, unrolled for n ≤ 8, ``fori_loop`` substitution above (no LAPACK call,
     for the reason given in :func:`cholesky`).
     """
-    L = _check_matrix(L, "cho_solve", square=True)
+    L = _check_matrix(L, "cho_solve", square=True, arg="L")
     B = jnp.asarray(B)
     n = L.shape[0]
     if B.ndim not in (1, 2) or B.shape[0] != n:
@@ -712,7 +786,7 @@ def _cho_solve(L, B, unrolled):
 
 
 def _triangular_rhs(L, B, where):
-    L = _check_matrix(L, where, square=True)
+    L = _check_matrix(L, where, square=True, arg="L")
     B = jnp.asarray(B)
     if B.ndim not in (1, 2) or B.shape[0] != L.shape[0]:
         raise ValueError(f"{where} expects B of shape ({L.shape[0]},) or ({L.shape[0]}, k) for L of shape "
@@ -921,7 +995,7 @@ def psd_ginv(G, rtol=None):
     factorization, exact where the pivot order and the set of dropped pivots are locally constant (also at
     a rank-deficient G, along perturbations that keep its rank). Non-finite G gives an all-NaN result.
     """
-    G = _check_matrix(G, "psd_ginv", square=True)
+    G = _check_matrix(G, "psd_ginv", square=True, arg="G")
     check_rtol(rtol, "psd_ginv")
     if G.size == 0:
         return G
@@ -945,7 +1019,7 @@ def psd_pinv(G, rtol=None):
     Reads (G + Gᵀ)/2. Derivatives: the Golub-Pereyra formula of :func:`pinv`. Non-finite G gives an all-NaN
     result; a concrete negative or NaN ``rtol`` raises ``ValueError``, a traced one gives NaN.
     """
-    G = _check_matrix(G, "psd_pinv", square=True)
+    G = _check_matrix(G, "psd_pinv", square=True, arg="G")
     check_rtol(rtol, "psd_pinv")
     if G.size == 0:
         return G
