@@ -171,3 +171,13 @@ def test_a_missing_key_lists_the_keys_there_are():
     keys = r"its top-level keys are \['alpha', 'beta', 'm'\]"
     with pytest.raises(ValueError, match=r"mass: the parameter pytree has no entry 'mass'; " + keys):
         simulate(CIRCLE, Q0, QD0, {"m": 1.0, "alpha": 5.0, "beta": 5.0}, **SHORT)
+
+
+@pytest.mark.parametrize("field", ["mass", "force", "actuation"])
+def test_a_model_function_given_as_an_array_is_named(field):
+    """System(mass=<an array>) was equinox's 'static arguments should be comparable' at the first simulation;
+    now the System refuses it at construction, naming the field and the signature it expects."""
+    functions = dict(mass=lambda q, t, p: jnp.eye(2), force=lambda q, qd, t, p: q)
+    functions[field] = jnp.eye(2)
+    with pytest.warns(UserWarning), pytest.raises(TypeError, match=rf"System\.{field} must be a function \("):
+        System(n=2, **functions)

@@ -208,6 +208,16 @@ def _merge_levels(levels: list[Level]) -> Level:
     )
 
 
+_MODEL_FUNCTIONS = {
+    "mass": "(q, t, p) -> M",
+    "force": "(q, qd, t, p) -> Q",
+    "nonideal": "(q, qd, t, p) -> c",
+    "actuation": "(q, t, p) -> B",
+    "mass_and_force": "(q, qd, t, p) -> (M, Q)",
+}
+"""The model functions a :class:`System` holds, with their signatures (for the message when one is not)."""
+
+
 class System(eqx.Module):
     """A constrained mechanical system with ``n`` coordinates (velocities; ``nq`` configuration numbers).
 
@@ -287,6 +297,14 @@ class System(eqx.Module):
             self.nq = self.n
 
     def __check_init__(self):
+        for name, signature in _MODEL_FUNCTIONS.items():
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                given = f"an array of shape {value.shape}" if hasattr(value, "shape") else repr(value)
+                raise TypeError(
+                    f"System.{name} must be a function {signature}, got {given}; a constant is written as a "
+                    f"function that returns it, e.g. {name}=lambda {signature.split(' ->')[0][1:-1]}: value"
+                )
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"System.n must be a positive int, got {self.n!r}")
         if not isinstance(self.nq, int) or isinstance(self.nq, bool) or self.nq < self.n:
