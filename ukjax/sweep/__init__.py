@@ -17,7 +17,9 @@ name (:func:`shipped_specs`: ``scara``, ``five_bar``, ``coordinated_robots``; ``
 
 How it runs (:mod:`ukjax.sweep._run`): chunks of one compiled function, each chunk ``shard_map``-ped over the
 local devices, metrics reduced on the device; several processes (``jax.distributed``) share the chunks; one
-Parquet file per chunk, written atomically, so a run resumes where it stopped. Every file proves what it
+Parquet file per chunk, written atomically by a writer thread while the next chunks compute (chunk k+1 is
+dispatched before chunk k is fetched), so a run resumes where it stopped and the device does not wait for
+the disk. Every file proves what it
 holds (:mod:`ukjax.sweep._store`: the sweep's fingerprint, the chunk's index range and a checksum of its
 contents): a resume recomputes any chunk that does not prove itself and refuses a folder of another sweep,
 and :func:`load` refuses a folder that does not prove itself, each naming the file. Scenario i's random draws

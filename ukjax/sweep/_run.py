@@ -26,7 +26,13 @@
 * **Sizes checked first.** The scenario count is checked against the scenario index's integer type and the
   estimated table size against the free space of the output's disk before anything is allocated; chunk
   numbers are iterated lazily, never listed.
-* Chunk results are fetched and written while the next chunk computes (JAX dispatches asynchronously).
+* **Pipelined** (:func:`_run_chunks`): chunk k+1 is dispatched before chunk k is fetched (JAX dispatches
+  asynchronously), and a writer thread (:class:`_ChunkWriter`: bounded queue, its errors raised in the caller)
+  builds the columns and writes the Parquet file of chunk k while the next chunks are dispatched: the device
+  waits between chunks only for a fetch and a dispatch, never for a write.
+* **Chunk size** (``chunk_size = "auto"``, :func:`chunk_size_for`): on a GPU from the device's
+  ``bytes_limit`` (two chunks in flight in half of it), at least 16 chunks so that the host's work overlaps
+  the device's; on a CPU at least 32 chunks in a quarter of the memory.
 * **Batched LAPACK on several CPU devices.** jaxlib 0.10's CPU LAPACK kernels (``lapack_*_ffi``: SVD, eigh,
   Cholesky, LU, QR, triangular solves) split a large enough batch (batch x cost >= 2e5 flop) over XLA:CPU's
   intra-op thread pool (one thread per core) and block the calling thread until the pieces are done
@@ -40,12 +46,15 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import math
 import os
+import queue
 import re
 import shutil
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -119,14 +128,67 @@ def device_memory() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / len(jax.local_devices())
 
 
-def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
-    """A chunk size that fits memory and leaves at least ~32 chunks (progress, resume) when that still gives
-    every device >= 256 scenarios. Memory per scenario: :func:`scenario_bytes` times 4 for intermediates; the
-    budget is a quarter of the device's memory (:func:`device_memory`)."""
-    per_scenario = 4 * scenario_bytes(model, spec)
-    fits = max(1, int(0.25 * device_memory() // per_scenario)) * num_devices
-    granular = max(math.ceil(total / 32), 256 * num_devices)
+INTERMEDIATES = 4
+"""Device memory of a scenario in flight, in units of :func:`scenario_bytes` (the saved trajectory and the
+integrator state): the integrator's stages, the reductions' temporaries and the drawn inputs."""
+IN_FLIGHT = 2
+"""Chunks on a device at once: the one computing and the next, dispatched before the first is fetched (the
+pipeline of :func:`_run_chunks`)."""
+MEMORY_FRACTION = 0.5
+"""Share of an accelerator's memory (``bytes_limit``) the chunks in flight may take: the rest is XLA's, the
+compiled program's and the allocator's."""
+PIPELINE_CHUNKS = 16
+"""Chunks an accelerator's sweep is cut into at least: the host's work on the last chunk (fetch, columns,
+Parquet) has no next chunk to hide under, so 1/16 of the host's work adds to the device's time (measured,
+``benchmarks/sweep.py --host-overhead``: the host's ~2 CPU-s per 1e6 SCARA scenarios leave ~0.15 s after the
+last chunk at 32 chunks, ~0.45 s at 8; an H200 computes 1e6 in ~7.5 s). Fewer, larger chunks would save a
+GPU's per-chunk costs, more would shorten that tail."""
+CPU_CHUNKS = 32
+"""Chunks a CPU sweep is cut into at least (progress and resume), while every device keeps >= 256
+scenarios."""
+
+
+def chunk_size_for(memory: float, per_scenario: float, *, devices: int, total: int, accelerator: bool) -> int:
+    """Scenarios per chunk (a pure function of the numbers given; :func:`auto_chunk_size` feeds it the
+    device's).
+
+    ``memory``: bytes of one device; ``per_scenario``: bytes one scenario in flight takes on it
+    (:func:`scenario_bytes` x :data:`INTERMEDIATES`); ``devices``: devices a chunk is split over.
+
+    * **Accelerator** (``accelerator=True``: ``memory`` is the device's ``bytes_limit``): the largest chunk
+      of which :data:`IN_FLIGHT` fit in :data:`MEMORY_FRACTION` of every device's memory, but no more than
+      ``total / PIPELINE_CHUNKS``: few large chunks keep a GPU's per-call costs (one launch per chunk and
+      integration step) small, and :data:`PIPELINE_CHUNKS` leave the host's work on all but the last chunk
+      hidden under the next chunk's computation.
+    * **CPU**: a quarter of the device's share of physical memory (the budget of earlier ukjax, unchanged),
+      and at least :data:`CPU_CHUNKS` chunks while every device keeps >= 256 scenarios (CPU devices compute
+      at the host's pace: smaller chunks give progress and resume at no cost).
+
+    Never more than ``total`` nor less than 1."""
+    if accelerator:
+        fits = max(1, int(MEMORY_FRACTION * memory // (IN_FLIGHT * per_scenario))) * devices
+        granular = math.ceil(total / PIPELINE_CHUNKS)
+    else:
+        fits = max(1, int(0.25 * memory // per_scenario)) * devices
+        granular = max(math.ceil(total / CPU_CHUNKS), 256 * devices)
     return max(1, min(fits, granular, total))
+
+
+def auto_chunk_size(model, spec: Spec, num_devices: int, total: int) -> int:
+    """``chunk_size = "auto"``: :func:`chunk_size_for` with the first local device's memory
+    (:func:`device_memory`) and :data:`INTERMEDIATES` x :func:`scenario_bytes` per scenario.
+
+    The estimate is analytic, not the compiled program's ``memory_analysis()``: that would take a second
+    compilation (tens of seconds on a GPU) before the first chunk, and the chunk size must be known to
+    compile the program that runs."""
+    accelerator = jax.local_devices()[0].platform != "cpu"
+    return chunk_size_for(
+        device_memory(),
+        INTERMEDIATES * scenario_bytes(model, spec),
+        devices=num_devices,
+        total=total,
+        accelerator=accelerator,
+    )
 
 
 def _numbers(options: dict, dtype) -> dict:
@@ -541,7 +603,13 @@ def _run_proven(spec, model, user, mesh, out, manifest, plan, ident, progress) -
 
 def _run_chunks(spec, plan, model, user, mesh, out, ident, mine, scenarios_mine, progress):
     """Compute and write the chunks ``mine``; returns the time spent compiling and, for each sub-sweep run on
-    one device instead of ``mesh`` (batched LAPACK on CPU devices), the LAPACK kernels it calls."""
+    one device instead of ``mesh`` (batched LAPACK on CPU devices), the LAPACK kernels it calls.
+
+    The pipeline: chunk k+1 is dispatched (:func:`_dispatch`: JAX returns before the device has run it) before
+    chunk k's metrics are fetched (:func:`_fetch`, which waits for chunk k alone), and the fetched metrics go
+    to the :class:`_ChunkWriter` thread, which turns them into columns and writes the Parquet file while this
+    thread dispatches chunk k+2. So the device computes chunk k+1 while the host fetches chunk k, and waits
+    between chunks only for what this thread does per chunk (a fetch and a dispatch), never for a write."""
     from tqdm.auto import tqdm
 
     dtype = jnp.result_type(float)
@@ -555,31 +623,124 @@ def _run_chunks(spec, plan, model, user, mesh, out, ident, mine, scenarios_mine,
         desc=f"sweep {spec.name}",
         smoothing=0.1,
     )
-    pending = None
-    for c in mine:
-        s, start, end = plan.chunk(c)
-        _, number_options = integrator_options(spec, plan, s)
-        numbers = _numbers(number_options, dtype)
-        program = _program_of(spec, plan, s)
-        if program not in compiled:
-            tic = time.perf_counter()
-            compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers, ident)
-            compile_s += time.perf_counter() - tic
-        function, used, fallback = compiled[program]
-        if fallback:
-            one_device[s] = sorted(fallback)
-        padded = -(-plan.chunk_size // used.size) * used.size
-        indices = np.minimum(np.arange(start, start + padded), end - 1)
-        # sub-sweep s runs the program of sub-sweep `program` (same static options) at that one's indices
-        indices = (indices - (s - program) * plan.per_subsweep).astype(index_dtype)
-        result = function(jax.device_put(indices, NamedSharding(used, P(AXIS))), numbers)
-        if pending is not None:
-            _finish(plan, out, bar, ident, *pending)
-        pending = (c, s, start, end - start, result)
-    if pending is not None:
-        _finish(plan, out, bar, ident, *pending)
+
+    def write(c, s, start, count, sampled, metrics):
+        columns = _columns(plan, s, start, count, sampled, metrics)
+        _store.write_chunk(out, c, columns, ident=ident, index_range=(start, start + count))
+        bar.update(count)
+
+    in_flight, numbers_of = collections.deque(), {}
+    with _ChunkWriter(write, threaded=WRITER_THREAD) as writer:
+        for c in mine:
+            s, start, end = plan.chunk(c)
+            if s not in numbers_of:  # the sub-sweep's traced numbers, put on the device once
+                numbers_of[s] = _numbers(integrator_options(spec, plan, s)[1], dtype)
+            numbers = numbers_of[s]
+            program = _program_of(spec, plan, s)
+            if program not in compiled:
+                tic = time.perf_counter()
+                compiled[program] = _compiled(spec, plan, model, program, mesh, user, numbers, ident)
+                compile_s += time.perf_counter() - tic
+            function, used, fallback = compiled[program]
+            if fallback:
+                one_device[s] = sorted(fallback)
+            # the last chunk of a sub-sweep is padded (repeating its last index) to the shape of the others,
+            # so one compiled program serves every chunk; _columns drops the padded rows
+            padded = -(-plan.chunk_size // used.size) * used.size
+            indices = np.minimum(np.arange(start, start + padded), end - 1)
+            # sub-sweep s runs the program of sub-sweep `program` (same static options) at that one's indices
+            indices = (indices - (s - program) * plan.per_subsweep).astype(index_dtype)
+            result = _dispatch(c, function, jax.device_put(indices, NamedSharding(used, P(AXIS))), numbers)
+            in_flight.append((c, s, start, end - start, result))
+            if len(in_flight) == IN_FLIGHT:  # the oldest chunk computes; the newest waits behind it
+                writer.submit(*_fetch(*in_flight.popleft()))
+        while in_flight:
+            writer.submit(*_fetch(*in_flight.popleft()))
     bar.close()
     return compile_s, one_device
+
+
+WRITER_THREAD = True
+"""Write chunks on the :class:`_ChunkWriter` thread (False: in the calling thread, between dispatches, as
+ukjax did before; the same files, for comparison: ``benchmarks/sweep.py --host-overhead``)."""
+WRITER_QUEUE = 2
+"""Fetched chunks that may wait for the writer thread (bounds the host memory they hold); a full queue makes
+the dispatching thread wait for the writer, so a disk slower than the device slows the sweep, not memory."""
+
+
+def _dispatch(c: int, function, indices, numbers):
+    """Start chunk ``c`` on the device (JAX dispatches asynchronously: this returns before it is computed)."""
+    return function(indices, numbers)
+
+
+def _fetch(c: int, s: int, start: int, count: int, result):
+    """Wait for chunk ``c`` and copy its draws and metrics to the host (numpy arrays)."""
+    sampled, metrics = jax.device_get(result)
+    return c, s, start, count, sampled, metrics
+
+
+class _ChunkWriter:
+    """Runs ``write(*chunk)`` for every submitted chunk, in order, on one background thread.
+
+    * **Bounded**: at most :data:`WRITER_QUEUE` chunks wait; :meth:`submit` blocks while the queue is full.
+    * **Errors reach the caller**: the first exception of ``write`` (a :class:`~ukjax._io.ResultWriteError`
+      naming the file, from :func:`ukjax._io.atomic_write`) stops the thread, which writes nothing more; the
+      next :meth:`submit` or the exit of the ``with`` block raises that same exception in the calling thread.
+    * **Resume unchanged**: each chunk file is still written atomically with its proof
+      (:func:`ukjax.sweep._store.write_chunk`), so a run killed with chunks in the queue leaves complete
+      files or none: a resume recomputes the missing ones. When the ``with`` block exits by an exception the
+      thread finishes the file it is writing and drops the queued chunks (computed again on resume).
+    * ``threaded=False`` writes in :meth:`submit` itself (the synchronous path of earlier ukjax).
+    """
+
+    _STOP = object()
+
+    def __init__(self, write, *, threaded: bool = True, queue_size: int | None = None):
+        self._write = write
+        self._error: BaseException | None = None
+        self._thread = None
+        if threaded:
+            self._queue = queue.Queue(maxsize=WRITER_QUEUE if queue_size is None else queue_size)
+            self._abandon = threading.Event()
+            self._thread = threading.Thread(target=self._loop, name="ukjax-sweep-writer", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while (chunk := self._queue.get()) is not self._STOP:
+            if self._error is None and not self._abandon.is_set():
+                try:
+                    self._write(*chunk)
+                except BaseException as error:  # handed to the calling thread, raised there
+                    self._error = error
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, *chunk) -> None:
+        self._raise()
+        if self._thread is None:
+            self._write(*chunk)
+            return
+        while True:  # wait for room, but not on a writer that failed meanwhile
+            try:
+                self._queue.put(chunk, timeout=0.1)
+                return
+            except queue.Full:
+                self._raise()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if self._thread is None:
+            return
+        if kind is not None:
+            self._abandon.set()
+        self._queue.put(self._STOP)
+        self._thread.join()
+        if kind is None:
+            self._raise()
 
 
 def _program_of(spec: Spec, plan: Plan, s: int) -> int:
@@ -643,13 +804,6 @@ def _compiled(spec, plan, model, s, mesh, user, numbers, ident) -> _Compiled:
             lowered = _lower(spec, plan, model, s, mesh, user, numbers)
         _COMPILED[key] = _Compiled(lowered.compile(), mesh, fallback)
     return _COMPILED[key]
-
-
-def _finish(plan, out, bar, ident, c, s, start, count, result) -> None:
-    sampled, metrics = jax.device_get(result)
-    columns = _columns(plan, s, start, count, sampled, metrics)
-    _store.write_chunk(out, c, columns, ident=ident, index_range=(start, start + count))
-    bar.update(count)
 
 
 # ------------------------------------------------------------------------------ single scenarios again
