@@ -3,6 +3,11 @@
 References share no code with the compression: NumPy's SVD, pseudo-inverse and least squares, and the UK
 equation's reference form (``method="svd"``: B⁺ of B = A M^{-1/2} by SVD, seed 000 eq. 13) on the full,
 uncompressed rows.
+
+Compile budget: ``compress_rows`` unrolls a Python loop over rows of shrinking slices, so called op by op it
+compiles a program per primitive, shape and step; every check of the compression itself runs jitted (one
+program per shape and rank; the plain call is the dense model's in
+``test_declared_rank_plain_jit_vmap_grad``).
 """
 
 import dataclasses
@@ -23,17 +28,18 @@ from ukjax.simulation import RESULTS
 # "leading" zeroes A's first column and copies its third into the second, so that reflections on the
 # leading columns without pivoting would keep only one direction of range(Aᵀ)
 CASES = [(7, 5, 2, 2, ""), (9, 4, 1, 1, ""), (3, 6, 2, 2, ""), (8, 6, 2, 3, ""), (7, 5, 2, 2, "leading")]
+compress = jax.jit(dynamics.compress_rows, static_argnums=2)
 
 
 @pytest.mark.parametrize(("m", "n", "rank", "declared", "shape"), CASES)
 def test_compress_rows_keeps_the_row_space_and_the_solutions(m, n, rank, declared, shape):
     key = jax.random.PRNGKey(m * 100 + n)
-    A = random_matrix(key, m, n, rank=rank)
+    A = np.array(random_matrix(key, m, n, rank=rank))
     if shape == "leading":
-        A = A.at[:, 0].set(0.0).at[:, 1].set(A[:, 2])
-    x0 = random_normal(jax.random.PRNGKey(1), (n,), A.dtype)
-    b = A @ x0  # consistent
-    A_r, b_r = jax.jit(dynamics.compress_rows, static_argnums=2)(A, b, declared)
+        A[:, 0], A[:, 1] = 0.0, A[:, 2]
+    x0 = np.asarray(random_normal(jax.random.PRNGKey(1), (n,), A.dtype))
+    A, b = jnp.asarray(A), jnp.asarray(A @ x0)  # consistent
+    A_r, b_r = compress(A, b, declared)
     assert A_r.shape == (min(m, n, declared), n) and b_r.shape == (min(m, n, declared),)
     A_np, A_r_np = np.asarray(A), np.asarray(A_r)
     # rows of A_r lie in range(Aᵀ) and span it: the same nonzero singular values (H is orthogonal)
@@ -44,7 +50,7 @@ def test_compress_rows_keeps_the_row_space_and_the_solutions(m, n, rank, declare
     np.testing.assert_allclose(A_r_np @ np.asarray(x0), np.asarray(b_r), atol=1e-12)
     # inconsistent b: the same least-squares solutions (minimum-norm one compared)
     b_bad = random_normal(jax.random.PRNGKey(2), (m,), A.dtype)
-    A_r, b_r = dynamics.compress_rows(A, b_bad, declared)
+    A_r, b_r = compress(A, b_bad, declared)
     expected = np.linalg.lstsq(A_np, np.asarray(b_bad), rcond=None)[0]
     np.testing.assert_allclose(np.linalg.pinv(np.asarray(A_r)) @ np.asarray(b_r), expected, atol=1e-11)
 
@@ -54,7 +60,7 @@ def test_compress_rows_without_a_rank_keeps_m_le_n_and_compresses_m_gt_n():
     b = jnp.arange(4.0)
     assert dynamics.compress_rows(A, b) == (A, b)
     tall = random_matrix(jax.random.PRNGKey(4), 9, 4, rank=3)
-    A_r, b_r = dynamics.compress_rows(tall, tall @ jnp.ones(4))
+    A_r, b_r = compress(tall, jnp.asarray(np.asarray(tall) @ np.ones(4)), None)
     assert A_r.shape == (4, 4)
     np.testing.assert_allclose(np.linalg.svd(np.asarray(A_r), compute_uv=False),
                                np.linalg.svd(np.asarray(tall), compute_uv=False), atol=1e-12)
@@ -64,10 +70,10 @@ def test_compress_rows_too_small_a_rank_drops_constraints():
     """A bound below rank(A) loses rows: the kept system no longer implies A x = b (what simulate reports as
     inconsistent_constraints)."""
     A = random_matrix(jax.random.PRNGKey(5), 6, 5, rank=3)
-    x0 = jnp.ones(5)
-    A_r, b_r = dynamics.compress_rows(A, A @ x0, 2)
-    x = jnp.linalg.pinv(A_r) @ b_r  # satisfies the 2 kept rows
-    assert float(jnp.linalg.norm(A @ x - A @ x0)) > 1e-3
+    x0 = np.ones(5)
+    A_r, b_r = compress(A, jnp.asarray(np.asarray(A) @ x0), 2)
+    x = np.linalg.pinv(np.asarray(A_r)) @ np.asarray(b_r)  # satisfies the 2 kept rows
+    assert float(np.linalg.norm(np.asarray(A) @ (x - x0))) > 1e-3
 
 
 def test_compress_rows_is_differentiable():
@@ -84,9 +90,10 @@ def test_compress_rows_is_differentiable():
 
     derivative = jax.jit(jax.jacfwd(f))(0.0)
     h = 1e-6
-    fd = (f(h) - f(-h)) / (2 * h)
+    f_jit = jax.jit(f)
+    fd = (f_jit(h) - f_jit(-h)) / (2 * h)
     np.testing.assert_allclose(derivative, fd, atol=1e-8)  # truncation h² ~ 1e-12, round-off eps/h ~ 1e-10
-    np.testing.assert_allclose(jax.jacrev(f)(0.0), derivative, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.jacrev(f))(0.0), derivative, atol=1e-12)
 
 
 # ------------------------------------------------------------------------- System.constraint_rank
@@ -101,26 +108,27 @@ def state():
     return p, q, qd0s
 
 
+@pytest.fixture(scope="module")
+def reference_motion(state):
+    """The SVD reference form on all 8 rows at the three states: compiled once for the four cases below."""
+    p, qs, qds = state
+    reference = chain.system(LINKS, copies=COPIES)
+    return jax.jit(jax.vmap(lambda q_, qd_: reference.motion(q_, qd_, 0.0, p, method="svd")))(qs, qds)
+
+
 # the dense model with the default form and the SVD reference form, the tree with both Cholesky forms
 @pytest.mark.parametrize(
     ("model", "method"),
     [(chain.system, "ldl"), (chain.system, "svd"), (chain.multibody_system, "ldl"),
      (chain.multibody_system, "cholesky")],
 )
-def test_declared_rank_gives_the_motion_of_the_full_rows(state, model, method):
+def test_declared_rank_gives_the_motion_of_the_full_rows(state, reference_motion, model, method):
     """q̈ and the constraint force with the 8 rows compressed to 2 against the SVD reference form on all 8
     rows; ~1e-12 relative agreement is expected (cond(A) ~ 10), 1e-9 on q̈ ~ 10-100 leaves a wide margin."""
     p, qs, qds = state
     declared = model(LINKS, copies=COPIES, constraint_rank=2)
-    reference = chain.system(LINKS, copies=COPIES)
-
-    @jax.jit
-    def both(q, qd):
-        ours = jax.vmap(lambda q_, qd_: declared.motion(q_, qd_, 0.0, p, method=method))(q, qd)
-        ref = jax.vmap(lambda q_, qd_: reference.motion(q_, qd_, 0.0, p, method="svd"))(q, qd)
-        return ours, ref
-
-    ours, ref = both(qs, qds)
+    ours = jax.jit(jax.vmap(lambda q_, qd_: declared.motion(q_, qd_, 0.0, p, method=method)))(qs, qds)
+    ref = reference_motion
     np.testing.assert_allclose(ours.qdd, ref.qdd, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(ours.constraint_force.total, ref.constraint_force.total, rtol=1e-9, atol=1e-9)
     assert ours.A.shape == (3, 2 * COPIES, LINKS)  # the Motion reports the full rows
@@ -142,8 +150,8 @@ def test_declared_rank_plain_jit_vmap_grad(state):
     def loss(length):
         return jnp.sum(system.acceleration(q, qd, 0.0, {**p, "length": length}) ** 2)
 
-    grad = jax.grad(loss)(p["length"])
-    fd = jnp.stack([central_difference(loss, p["length"], e) for e in jnp.eye(LINKS)])
+    grad = jax.jit(jax.grad(loss))(p["length"])
+    fd = np.stack([central_difference(loss, p["length"], e) for e in np.eye(LINKS)])
     # a loss of O(1e4): truncation h² ~ 1e-12 relative, round-off eps ‖loss‖/h ~ 1e-6 absolute
     np.testing.assert_allclose(grad, fd, rtol=1e-6)
 

@@ -80,13 +80,25 @@ def make_state(key):
     return random_normal(k1, (N,)), random_normal(k2, (N,)), jnp.asarray(0.7)
 
 
+_REFERENCE_TERMS = {}
+
+
+def reference_terms(system, q, qd, t, p):
+    """M, Q, (A_p, b_p) and the servo rows (A_s, b_s) of a System with the servo constraints as its passive
+    ones, as NumPy arrays: one compiled program per system (op by op, the autodiff of the constraints
+    compiled a program per primitive)."""
+    if id(system) not in _REFERENCE_TERMS:
+        servo = System(mass=_mass, force=_force, n=N, constraints=system.servo_constraints)
+        _REFERENCE_TERMS[id(system)] = jax.jit(lambda q, qd, t, p: (
+            system.mass_matrix(q, t, p), system.given_force(q, qd, t, p),
+            system.constraint_equations(q, qd, t, p), servo.constraint_equations(q, qd, t, p)))
+    no_actuators = {k: v for k, v in p.items() if k != "B"}  # not read: one program for every n_u
+    return jax.tree_util.tree_map(np.asarray, _REFERENCE_TERMS[id(system)](q, qd, t, no_actuators))
+
+
 def numpy_reference(system, q, qd, t, p):
     """u and q̈ by KKT solves in NumPy: M q̈ - A_pᵀλ = Q + B u, A_p q̈ = b_p; then min-norm lstsq for u."""
-    M = np.asarray(system.mass_matrix(q, t, p))
-    Q = np.asarray(system.given_force(q, qd, t, p))
-    A_p, b_p = (np.asarray(x) for x in system.constraint_equations(q, qd, t, p))
-    servo = System(mass=_mass, force=_force, n=N, constraints=system.servo_constraints)
-    A_s, b_s = (np.asarray(x) for x in servo.constraint_equations(q, qd, t, p))
+    M, Q, (A_p, b_p), (A_s, b_s) = reference_terms(system, q, qd, t, p)
     B = np.asarray(p["B"])
     m = A_p.shape[0]
     K = np.block([[M, -A_p.T], [A_p, np.zeros((m, m))]])
@@ -125,10 +137,7 @@ def test_matches_seed000_x_formulation(system):
     """
     p = make_params(jax.random.key(3), 3)
     q, qd, t = make_state(jax.random.key(4))
-    M = np.asarray(system.mass_matrix(q, t, p))
-    Q = np.asarray(system.given_force(q, qd, t, p))
-    A_p, b_p = (np.asarray(x) for x in system.constraint_equations(q, qd, t, p))
-    A_s, b_s = (np.asarray(x) for x in control._servo_view(system).constraint_equations(q, qd, t, p))
+    M, Q, (A_p, b_p), (A_s, b_s) = reference_terms(system, q, qd, t, p)
     Mh = np.real(scipy.linalg.sqrtm(M))
     Mih = np.linalg.inv(Mh)
     B_hat = A_p @ Mih
@@ -210,7 +219,7 @@ def test_gradient_with_respect_to_servo_gains():
         return jnp.sum(jnp.sin(_closed_loop(q, qd, t, p2).u))
 
     gains = jnp.array([4.0, 5.0, 6.0])
-    grad = jax.grad(loss)(gains)
+    grad = jax.jit(jax.grad(loss))(gains)
     for i in range(3):
         e = jnp.zeros(3).at[i].set(1.0)
         # O(eps²) truncation with eps = 1e-5 on O(10) second derivatives, plus round-off 1e-16/1e-5.

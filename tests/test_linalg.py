@@ -1,7 +1,9 @@
 """Generalized inverses (ukjax.linalg) against NumPy/LAPACK, the Penrose conditions and finite differences.
 
 Compile budget: every jitted function below is module level and takes ``rtol`` as an array argument, so one
-compiled program per (method, shape) serves all tests of that shape.
+compiled program per (method, shape) serves all tests of that shape; A⁺, its jvp and a gradient of it are one
+program (``pinv_derivatives``); test data is built and read back in NumPy (op-by-op JAX compiles a program
+per primitive and shape).
 """
 
 import functools
@@ -28,9 +30,10 @@ from ukjax.linalg import (
 EPS = float(np.finfo(np.float64).eps)
 
 # Shapes of the Penrose/NumPy test: (m, n, rank of the rank-deficient member of the batch). Each costs one
-# compilation per method; three of them run only with `pytest -m slow` to keep CI within its time budget.
-SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (12, 12, 11), (28, 19, 12), (30, 30, 20)]
-SLOW_SHAPES = [(5, 5, 3), (15, 18, 12), (19, 28, 10)]
+# compilation per method; four of them run only with `pytest -m slow` to keep CI within its time budget
+# (30 x 30 rank 20: the square rank-deficient fori_loop case that 12 x 12 rank 11 makes in the main suite).
+SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (12, 12, 11), (28, 19, 12)]
+SLOW_SHAPES = [(5, 5, 3), (15, 18, 12), (19, 28, 10), (30, 30, 20)]
 SMALL = (2, 3)  # shape of the transformation and derivative tests
 
 
@@ -40,25 +43,45 @@ def pinv_jit(A, rtol, method):
 
 
 @functools.partial(jax.jit, static_argnames="method")
-def pinv_batch(As, rtol, method):
+def _pinv_batch(As, rtol, method):
     return jax.vmap(lambda A: pinv(A, method, rtol))(As)
 
 
+def pinv_batch(As, rtol, method):
+    """jit(vmap(pinv)); ``rtol`` always a strongly typed array of A's dtype (a Python float is weakly typed
+    and would compile a second program for the same shape)."""
+    return _pinv_batch(As, jnp.asarray(rtol, As.dtype), method)
+
+
 @functools.partial(jax.jit, static_argnames="method")
+def _pinv_derivatives(A, dA, W, rtol, method):
+    P, dP = jax.jvp(lambda A: pinv(A, method, rtol), (A,), (dA,))
+    grad = jax.grad(lambda A: jnp.sum(W * pinv(A, method, rtol)))(A)
+    return P, dP, grad
+
+
+def pinv_derivatives(A, dA, W, rtol, method):
+    """(A⁺, its jvp along dA, the gradient of sum(W * A⁺)): one compiled program per (method, shape) for the
+    value (jit), forward and reverse mode (``rtol`` as in :func:`pinv_batch`)."""
+    return _pinv_derivatives(A, dA, W, jnp.asarray(rtol, A.dtype), method)
+
+
+def pinv_small(A, rtol, method):
+    """jit(pinv) at a SMALL-shaped A: the value of :func:`pinv_derivatives` (the same program)."""
+    m, n = SMALL
+    return pinv_derivatives(A, jnp.zeros((m, n), A.dtype), jnp.zeros((n, m), A.dtype), rtol, method)[0]
+
+
 def pinv_jvp(A, dA, rtol, method):
-    return jax.jvp(lambda A: pinv(A, method, rtol), (A,), (dA,))[1]
-
-
-@functools.partial(jax.jit, static_argnames="method")
-def pinv_loss_grad(A, W, rtol, method):
-    return jax.grad(lambda A: jnp.sum(W * pinv(A, method, rtol)))(A)
+    return pinv_derivatives(A, dA, jnp.zeros(A.shape[::-1], A.dtype), rtol, method)[1]
 
 
 def batch_of(m, n, r, seed=0, dtype=jnp.float64):
     """[full rank, rank r, zero] matrices of one shape (one compiled program); singular values in [0.5, 2]."""
     k1, k2 = jax.random.split(jax.random.PRNGKey(seed + 100 * m + n))
-    return jnp.stack([random_matrix(k1, m, n, dtype=dtype), random_matrix(k2, m, n, r, dtype=dtype),
-                      jnp.zeros((m, n), dtype)])
+    return jnp.asarray(np.stack([np.asarray(random_matrix(k1, m, n, dtype=dtype)),
+                                 np.asarray(random_matrix(k2, m, n, r, dtype=dtype)),
+                                 np.zeros((m, n), dtype)]))
 
 
 def penrose_residuals(A, P):
@@ -91,15 +114,15 @@ def test_penrose_and_numpy(method, shape):
     m, n, r = shape
     As = batch_of(m, n, r)
     rtol = default_rtol((m, n), jnp.float64)
-    P = pinv_batch(As, rtol, method)
+    P = np.asarray(pinv_batch(As, rtol, method))
     # cond(A) ≤ 4 here; backward-stable methods reach ~10 n eps (seen ≤ 1e-14). Greville's error grows like
     # cond(A_i)² over its intermediate row blocks A_i, which are not controlled: seen up to 2e-12 over 200
     # random matrices per shape. 1e-10 leaves a factor 50 for Greville and 1e4 for the others.
-    for A, Pi in zip(As, P, strict=True):
+    for A, Pi in zip(np.asarray(As), P, strict=True):
         assert all(res < 1e-10 for res in penrose_residuals(A, Pi)), (method, shape, penrose_residuals(A, Pi))
-        reference = np.linalg.pinv(np.asarray(A), rtol=rtol)
+        reference = np.linalg.pinv(A, rtol=rtol)
         assert_tree_allclose(Pi, reference, rtol=0, atol=1e-10 * max(np.abs(reference).max(), 1.0))
-    assert np.all(np.asarray(P[-1]) == 0), "pinv of the zero matrix is the zero matrix"
+    assert np.all(P[-1] == 0), "pinv of the zero matrix is the zero matrix"
 
 
 @pytest.mark.parametrize("method", PINV_METHODS)
@@ -136,16 +159,20 @@ def test_rtol_decides_the_rank(method):
     O(σ_{r+1}/σ_r²); the tolerance is 10 times that. On top, A⁺ of the kept part errs like eps·cond_kept
     (cond_kept = 1/σ_r; Greville: eps·cond_kept²), allowed 100 times. Greville is not asked to keep 1e-9
     (eps·1e18 is no accuracy at all).
+
+    The 5 x 5 matrix is embedded in 12 x 12 with zero rows and columns (pinv((A 0; 0 0)) = (A⁺ 0; 0 0), the
+    same singular values and rank), so that the (12, 12) program of the Penrose test serves it.
     """
     rng = np.random.default_rng(2)
     U, _ = np.linalg.qr(rng.normal(size=(5, 5)))
     V, _ = np.linalg.qr(rng.normal(size=(5, 5)))
     s = np.array([1.0, 0.5, 0.2, 1e-3, 1e-9, 0.0])
-    A = jnp.asarray((U * s[:5]) @ V.T)
+    A = np.zeros((12, 12))
+    A[:5, :5] = (U * s[:5]) @ V.T
     cases = [(1e-2, 3), (1e-6, 4)] + ([] if method == "greville" else [(1e-12, 5)])
     for rtol, kept in cases:
-        P = np.asarray(pinv_batch(jnp.stack([A, A, A]), jnp.asarray(rtol), method)[0])
-        reference = np.linalg.pinv(np.asarray(A), rtol=rtol)
+        P = np.asarray(pinv_batch(jnp.asarray(np.stack([A, A, A])), jnp.asarray(rtol), method))[0]
+        reference = np.linalg.pinv(A, rtol=rtol)
         assert np.linalg.matrix_rank(P) == kept
         cond = 1 / s[kept - 1]
         tol = 100 * EPS * (cond**2 if method == "greville" else cond) * np.abs(reference).max()
@@ -166,10 +193,10 @@ def test_plain_jit_vmap_agree(method):
     As = batch_of(*SMALL, 1)
     rtol = default_rtol(SMALL, jnp.float64)
     plain = pinv(As[1], method)
-    batched = pinv_batch(As, rtol, method)
+    batched = np.asarray(pinv_batch(As, rtol, method))
     # only XLA's fusion differs between these (reassociated sums): a few ulps, times cond(A) ≤ 4.
-    for i, A in enumerate(As):
-        assert_tree_allclose(batched[i], pinv_jit(A, rtol, method), rtol=1e-13, atol=1e-13)
+    for i, A in enumerate(np.asarray(As)):
+        assert_tree_allclose(batched[i], pinv_small(jnp.asarray(A), rtol, method), rtol=1e-13, atol=1e-13)
     assert_tree_allclose(plain, batched[1], rtol=1e-13, atol=1e-13)
 
 
@@ -185,12 +212,11 @@ def test_derivatives_match_finite_differences(method, rank):
     curve = rank_preserving_curve(m, n, rank, seed=3 + rank)
     A, dA = jax.jvp(curve, (0.0,), (1.0,))
     rtol = jnp.asarray(default_rtol(SMALL, jnp.float64))
-    fd = central_difference(lambda t: pinv_jit(curve(t), rtol, method), 0.0, 1.0)
-    jvp = pinv_jvp(A, dA, rtol, method)
+    fd = central_difference(lambda t: pinv_small(curve(t), rtol, method), 0.0, 1.0)
+    W = random_normal(jax.random.PRNGKey(7), (n, m))
+    _, jvp, grad = pinv_derivatives(A, dA, W, rtol, method)
     assert np.all(np.isfinite(jvp))
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
-    W = random_normal(jax.random.PRNGKey(7), (n, m))
-    grad = pinv_loss_grad(A, W, rtol, method)
     assert np.all(np.isfinite(grad))
     np.testing.assert_allclose(jnp.sum(grad * dA), jnp.sum(W * fd), rtol=1e-7)
 
@@ -204,7 +230,7 @@ def test_derivative_finite_at_zero_and_repeated_singular_values(method):
     dA = random_normal(jax.random.PRNGKey(8), (m, n))
     assert np.all(pinv_jvp(jnp.zeros((m, n)), dA, rtol, method) == 0)
     A = jnp.eye(m, n)
-    fd = central_difference(lambda X: pinv_jit(X, rtol, method), A, dA)
+    fd = central_difference(lambda X: pinv_small(X, rtol, method), A, dA)
     assert_tree_allclose(pinv_jvp(A, dA, rtol, method), fd, rtol=0, atol=1e-7)
 
 
@@ -253,7 +279,7 @@ def test_non_finite_input_gives_all_nan(method):
     rtol = jnp.asarray(default_rtol(SMALL, jnp.float64))
     A = batch_of(*SMALL, 1)[0]
     for bad in (jnp.nan, jnp.inf):
-        assert np.all(np.isnan(pinv_jit(A.at[0, 1].set(bad), rtol, method)))
+        assert np.all(np.isnan(pinv_small(A.at[0, 1].set(bad), rtol, method)))
     As = jnp.stack([A, A.at[1, 2].set(jnp.nan), A])
     P = pinv_batch(As, rtol, method)
     assert np.all(np.isnan(P[1])) and np.all(np.isfinite(P[0])) and np.all(np.isfinite(P[2]))
@@ -287,7 +313,7 @@ def test_empty_matrices():
 
 def test_matrix_rank_matches_numpy():
     for m, n, r in SHAPES + SLOW_SHAPES:
-        A = batch_of(m, n, r)[1]
+        A = jnp.asarray(np.asarray(batch_of(m, n, r))[1])
         assert int(matrix_rank(A)) == np.linalg.matrix_rank(np.asarray(A)) == r
     assert int(matrix_rank(jnp.diag(jnp.array([1.0, 1e-3, 1e-9])), rtol=1e-6)) == 2
 
@@ -300,11 +326,24 @@ def psd_pinv_batch(Gs, rtol):
     return jax.vmap(lambda G: psd_pinv(G, rtol))(Gs)
 
 
+def value_jvp_grad(f, W=None):
+    """One compiled program t ↦ (f(t), df/dt by jvp, d/dt sum(W f(t)) by grad; 0 without W): the value
+    (for finite differences), forward and reverse mode."""
+
+    @jax.jit
+    def program(t):
+        value, tangent = jax.jvp(f, (t,), (jnp.ones_like(t),))
+        grad = 0.0 if W is None else jax.grad(lambda s: jnp.sum(W * f(s)))(t)
+        return value, tangent, grad
+
+    return program
+
+
 def psd_batch(n, r, seed=0):
     """[full rank, rank r, zero] PSD matrices G = B Bᵀ, eigenvalues in [0.25, 4]."""
     k1, k2 = jax.random.split(jax.random.PRNGKey(seed + n))
-    full, deficient = random_matrix(k1, n, n), random_matrix(k2, n, r)
-    return jnp.stack([full @ full.T, deficient @ deficient.T, jnp.zeros((n, n))])
+    full, deficient = np.asarray(random_matrix(k1, n, n)), np.asarray(random_matrix(k2, n, r))
+    return jnp.asarray(np.stack([full @ full.T, deficient @ deficient.T, np.zeros((n, n))]))
 
 
 @pytest.mark.parametrize("n, r", [(1, 0), (5, 2), (12, 11)])  # n ≤ 8: unrolled Cholesky of FᵀF
@@ -313,9 +352,9 @@ def test_psd_pinv_matches_numpy(n, r):
     (seen ≤ 6e-15 over 200 matrices), so 1e-10 relative; the plain call agrees with vmap/jit to 1e-13."""
     Gs = psd_batch(n, r)
     rtol = default_rtol((n, n), jnp.float64)
-    P = psd_pinv_batch(Gs, jnp.asarray(rtol))
-    for G, Pi in zip(Gs, P, strict=True):
-        reference = np.linalg.pinv(np.asarray(G), rtol=rtol)
+    P = np.asarray(psd_pinv_batch(Gs, jnp.asarray(rtol)))
+    for G, Pi in zip(np.asarray(Gs), P, strict=True):
+        reference = np.linalg.pinv(G, rtol=rtol)
         assert_tree_allclose(Pi, reference, rtol=0, atol=1e-10 * max(np.abs(reference).max(), 1.0))
         assert_tree_allclose(Pi, Pi.T, rtol=0, atol=1e-14 * max(np.abs(reference).max(), 1.0))
     assert_tree_allclose(psd_pinv(Gs[1]), P[1], rtol=1e-13, atol=1e-13)
@@ -380,9 +419,9 @@ def test_psd_ginv_closed_forms_derivative_and_bad_input():
     assert_tree_allclose(ones @ psd_ginv(ones) @ ones, ones, rtol=0, atol=1e-14)
     B = random_normal(jax.random.PRNGKey(11), (5, 2))
     dB = random_normal(jax.random.PRNGKey(12), (5, 2))
-    f = jax.jit(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
-    fd = central_difference(f, 0.0, 1.0)
-    jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
+    program = value_jvp_grad(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
+    fd = central_difference(lambda t: program(t)[0], 0.0, 1.0)
+    jvp = program(0.0)[1]
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     assert np.all(np.isnan(psd_ginv(jnp.eye(3).at[0, 0].set(jnp.nan))))
     assert np.all(np.isnan(jax.jit(lambda r: psd_ginv(jnp.eye(3), r))(jnp.nan)))
@@ -424,13 +463,12 @@ def test_psd_ginv_derivative_at_rank_deficient_loop_path():
     reverse mode of a scalar loss against the same directional derivative."""
     B = random_matrix(jax.random.PRNGKey(21), 12, 11)
     dB = random_matrix(jax.random.PRNGKey(22), 12, 11)
-    f = jax.jit(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T))
-    fd = central_difference(f, 0.0, 1.0)
-    jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
+    W = random_matrix(jax.random.PRNGKey(23), 12, 12)
+    program = value_jvp_grad(lambda t: psd_ginv((B + t * dB) @ (B + t * dB).T), W)
+    fd = central_difference(lambda t: program(t)[0], 0.0, 1.0)
+    _, jvp, grad = program(0.0)
     assert np.all(np.isfinite(jvp))
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
-    W = random_matrix(jax.random.PRNGKey(23), 12, 12)
-    grad = jax.jit(jax.grad(lambda t: jnp.sum(W * f(t))))(0.0)
     assert abs(float(grad) - float(jnp.sum(W * fd))) < 1e-7 * float(jnp.sum(jnp.abs(W * fd)))
 
 
@@ -438,12 +476,11 @@ def test_psd_pinv_derivative_and_non_finite():
     """Rank-deficient G = B Bᵀ moved along B + t dB (rank kept): jvp and grad vs central FD (as for pinv)."""
     B = random_normal(jax.random.PRNGKey(11), (5, 2))
     dB = random_normal(jax.random.PRNGKey(12), (5, 2))
-    f = jax.jit(lambda t: psd_pinv((B + t * dB) @ (B + t * dB).T))
-    fd = central_difference(f, 0.0, 1.0)
-    jvp = jax.jit(lambda: jax.jvp(f, (0.0,), (1.0,))[1])()
-    assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     W = random_normal(jax.random.PRNGKey(13), (5, 5))
-    grad = jax.jit(jax.grad(lambda t: jnp.sum(W * f(t))))(0.0)
+    program = value_jvp_grad(lambda t: psd_pinv((B + t * dB) @ (B + t * dB).T), W)
+    fd = central_difference(lambda t: program(t)[0], 0.0, 1.0)
+    _, jvp, grad = program(0.0)
+    assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     np.testing.assert_allclose(grad, jnp.sum(W * fd), rtol=1e-7)
     assert np.all(np.isnan(psd_pinv(jnp.eye(3).at[0, 0].set(jnp.nan))))
 
@@ -457,17 +494,17 @@ def test_cholesky_and_cho_solve(n):
     B = random_normal(jax.random.PRNGKey(30), (n, 2))
 
     solve = jax.jit(jax.vmap(lambda M: cho_solve(cholesky(M), B)))
-    X = solve(Ms)
-    for M, Xi in zip(Ms, X, strict=True):
+    X = np.asarray(solve(Ms))
+    for M, Xi in zip(np.asarray(Ms), X, strict=True):
         assert_tree_allclose(cholesky(M), np.linalg.cholesky(np.asarray(M)), rtol=0, atol=1e-13)
         assert_tree_allclose(Xi, np.linalg.solve(np.asarray(M), np.asarray(B)), rtol=0, atol=1e-11)
         assert_tree_allclose(cho_solve(cholesky(M), B[:, 0]), Xi[:, 0], rtol=1e-13, atol=1e-13)
 
     dM = random_normal(jax.random.PRNGKey(31), (n, n))
     dM = dM + dM.T
-    loss = jax.jit(lambda M: jnp.sum(cho_solve(cholesky(M), B) ** 2))
-    grad = jax.jit(jax.grad(loss))(Ms[0])
-    fd = central_difference(loss, Ms[0], dM)
+    loss_and_grad = jax.jit(jax.value_and_grad(lambda M: jnp.sum(cho_solve(cholesky(M), B) ** 2)))
+    grad = loss_and_grad(Ms[0])[1]
+    fd = central_difference(lambda M: loss_and_grad(M)[0], Ms[0], dM)
     np.testing.assert_allclose(jnp.sum(grad * dM), fd, rtol=1e-7)
 
 
@@ -477,21 +514,24 @@ MATMUL_SHAPES = [((4, 3), (3, 4)), ((3, 4), (4,)), ((4,), (4, 2)), ((3,), (3,)),
 
 @pytest.mark.parametrize("a_shape, b_shape", MATMUL_SHAPES)
 def test_small_matmul_matches_numpy(a_shape, b_shape):
-    """vs NumPy's a @ b to 1e-14 (a few eps for sums of ≤ 4 products of O(1) numbers); plain, jit, vmap;
-    gradient vs FD (1e-8: the product is bilinear, so FD has only round-off error ~ eps/1e-6)."""
+    """vs NumPy's a @ b to 1e-14 (a few eps for sums of ≤ 4 products of O(1) numbers); plain, jit, vmap (under
+    jit: op by op it compiles a program per batched primitive); gradient (jitted) vs FD (1e-8: the product is
+    bilinear, so FD has only round-off error ~ eps/1e-6)."""
     ka, kb = jax.random.split(jax.random.PRNGKey(sum(a_shape) + 10 * len(b_shape)))
-    a, b = random_normal(ka, (3, *a_shape)), random_normal(kb, (3, *b_shape))
-    expected = np.asarray(a[0]) @ np.asarray(b[0])
-    assert_tree_allclose(small_matmul(a[0], b[0]), expected, rtol=1e-14, atol=1e-14)
-    assert_tree_allclose(jax.jit(small_matmul)(a[0], b[0]), expected, rtol=1e-14, atol=1e-14)
-    batched = jax.vmap(small_matmul)(a, b)
-    expected_batch = np.stack([np.asarray(ai) @ np.asarray(bi) for ai, bi in zip(a, b, strict=True)])
+    a_np, b_np = (np.asarray(random_normal(k, (3, *shape))) for k, shape in ((ka, a_shape), (kb, b_shape)))
+    a, b = jnp.asarray(a_np), jnp.asarray(b_np)
+    a0, a1, b0 = jnp.asarray(a_np[0]), a_np[1], jnp.asarray(b_np[0])
+    expected = a_np[0] @ b_np[0]
+    assert_tree_allclose(small_matmul(a0, b0), expected, rtol=1e-14, atol=1e-14)
+    assert_tree_allclose(jax.jit(small_matmul)(a0, b0), expected, rtol=1e-14, atol=1e-14)
+    batched = jax.jit(jax.vmap(small_matmul))(a, b)
+    expected_batch = np.stack([ai @ bi for ai, bi in zip(a_np, b_np, strict=True)])
     assert_tree_allclose(batched, expected_batch, rtol=1e-14, atol=1e-14)
-    loss = lambda a: jnp.sum(jnp.sin(small_matmul(a, b[0])))
-    fd = central_difference(loss, a[0], a[1])
-    np.testing.assert_allclose(jnp.sum(jax.grad(loss)(a[0]) * a[1]), fd, rtol=1e-8)
+    loss_and_grad = jax.jit(jax.value_and_grad(lambda a: jnp.sum(jnp.sin(small_matmul(a, b0)))))
+    fd = central_difference(lambda a: float(loss_and_grad(a)[0]), a_np[0], a1)
+    np.testing.assert_allclose(np.sum(np.asarray(loss_and_grad(a0)[1]) * a1), fd, rtol=1e-8)
     with pytest.raises(ValueError, match="small_matmul"):
-        small_matmul(a[0], jnp.ones((a_shape[-1] + 1,)))
+        small_matmul(a0, jnp.ones((a_shape[-1] + 1,)))
 
 
 # ------------------------------------------------- issue 15: hangs, bad arguments, rank decisions, accuracy
@@ -581,7 +621,7 @@ def test_complex_matrix_and_invalid_rtol_raise():
     for method in ("svd", "householder"):
         for bad in (-1.0, jnp.nan):
             assert np.all(np.isnan(pinv_jit(A, jnp.asarray(bad), method)))
-    assert np.all(np.isnan(psd_pinv_batch(jnp.stack([A @ A.T]), jnp.asarray(-1.0))))
+    assert np.all(np.isnan(psd_pinv_batch(psd_batch(5, 2), jnp.asarray(-1.0))))  # the (5, 2) case's program
     assert int(jax.jit(matrix_rank)(A, jnp.asarray(jnp.nan))) == -1
 
 

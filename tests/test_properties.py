@@ -193,13 +193,25 @@ def near_rank_one(delta_units):
     return np.outer(u, np.ones(12)) + delta_units * 12 * EPS * np.sqrt(12.0) * np.outer(w, z)
 
 
+NEAR_DUPLICATE_ROWS = (np.array([[2.0, 0.3], [0.3, 1.0]]), np.array([0.5, -1.0]),
+                       np.array([[1.0, 2.0], [1.0, 2.0 + 1e-12], [3.0, -1.0]]), np.array([1.0, 1.0, 2.0]))
+
+
+def embedded_in_12_coordinates(M, Q, A, b):
+    """The problem in 12 coordinates: unit mass, no force and no constraint on the added ones (their q̈ is
+    0), so that it has the rank-boundary case's shapes (3 x 12 A: one compiled program per method for
+    both)."""
+    m, n = A.shape
+    Mp, Qp, Ap = np.eye(12), np.zeros(12), np.zeros((m, 12))
+    Mp[:n, :n], Qp[:n], Ap[:, :n] = M, Q, A
+    return Mp, Qp, Ap, b
+
+
 UK_CASES = {
     # σ₂ just below the SVD's cut: the QR methods kept it at the SVD's tolerance and q̈ was ~1e15
     "rank_boundary": (np.eye(12), np.linspace(-1, 1, 12), near_rank_one(0.9), np.array([1.0, -2.0, 0.5])),
     # cond(A) = 1.2, but rows 1 and 2 agree to 1e-12: Greville in row order went through cond 1e12
-    "near_duplicate_rows": (np.array([[2.0, 0.3], [0.3, 1.0]]), np.array([0.5, -1.0]),
-                            np.array([[1.0, 2.0], [1.0, 2.0 + 1e-12], [3.0, -1.0]]),
-                            np.array([1.0, 1.0, 2.0])),
+    "near_duplicate_rows": embedded_in_12_coordinates(*NEAR_DUPLICATE_ROWS),
 }
 
 
@@ -238,7 +250,7 @@ def test_uk_invalid_traced_rtol_gives_nan(method):
     """rtol = -1 or NaN as a traced number (a parameter leaf under the user's jit, which the host cannot
     check; a concrete one raises ValueError): the result is all NaN, never the silently wrong q̈ (up to
     1.6e16 off) it used to be."""
-    M, Q, A, b = (jnp.asarray(x) for x in UK_CASES["near_duplicate_rows"])
+    M, Q, A, b = (jnp.asarray(x) for x in NEAR_DUPLICATE_ROWS)
     solve = jax.jit(lambda rtol: ukjax.uk_acceleration(M, Q, A, b, method=method, rtol=rtol))
     for bad in (-1.0, float("nan")):
         assert np.all(np.isnan(solve(jnp.asarray(bad)))), (method, bad)
