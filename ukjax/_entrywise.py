@@ -527,7 +527,7 @@ def _evaluate(traced: _Traced, fenced: bool = False):
     return jax.tree_util.tree_unflatten(traced.out_tree, _fence(assemble, outs) if fenced else assemble(outs))
 
 
-def _fence(assemble, entries):
+def _fence(assemble, entries, *, cpu_only: bool = True):
     """``assemble(entries)`` (object arrays of entries -> arrays) computed in the body of a while loop of one
     trip, whose trip count XLA cannot see (``optimization_barrier``), so the loop stays: the entries reach it
     as computed arrays, and XLA cannot fuse the expressions that produce them into the assembling
@@ -536,7 +536,12 @@ def _fence(assemble, entries):
     (the tangents of a right-hand side: ~700 operations) runs in one scalar loop, 413 µs per evaluation of
     the SCARA's JVP along two directions over 256 scenarios, against 156 µs behind the fence (an
     ``optimization_barrier`` on the entries themselves did not keep them apart: 418 µs). The body multiplies
-    every entry by (trip + 1) = 1, exact, so that XLA cannot hoist the assembly out of the loop."""
+    every entry by (trip + 1) = 1, exact, so that XLA cannot hoist the assembly out of the loop.
+
+    On CPU only: ``jax.lax.platform_dependent`` lowers the plain assembly for every other platform (GPU, TPU),
+    where a loop inside the right-hand side costs kernel launches and, unless XLA captures it in a CUDA
+    graph, a device-to-host copy of its condition per evaluation (issue 40; docs/guide/gpu.md,
+    ``tests/test_cuda_lowering.py``)."""
     flat, tree = jax.tree_util.tree_flatten([list(e.flat) for e in entries])
     if not flat:
         return assemble(entries)
@@ -545,13 +550,20 @@ def _fence(assemble, entries):
         lists = jax.tree_util.tree_unflatten(tree, values)
         return assemble([_objects(e.shape, vals) for e, vals in zip(entries, lists, strict=True)])
 
-    def body(carry):
-        trip, _ = carry
-        return trip + 1, assembled([x * (trip + 1).astype(jnp.result_type(x)) for x in flat])
+    def fenced(*values):
+        def body(carry):
+            trip, _ = carry
+            return trip + 1, assembled([x * (trip + 1).astype(jnp.result_type(x)) for x in values])
 
-    trips = jax.lax.optimization_barrier(jnp.int32(1))
-    zeros = [jnp.zeros(s.shape, s.dtype) for s in jax.eval_shape(assembled, flat)]
-    return jax.lax.while_loop(lambda carry: carry[0] < trips, body, (jnp.int32(0), zeros))[1]
+        trips = jax.lax.optimization_barrier(jnp.int32(1))
+        zeros = [jnp.zeros(s.shape, s.dtype) for s in jax.eval_shape(assembled, list(values))]
+        return jax.lax.while_loop(lambda carry: carry[0] < trips, body, (jnp.int32(0), zeros))[1]
+
+    # CPU only (chosen when the program is lowered): on a GPU the loop would cost a kernel launch per trip
+    # and a device-to-host copy of its condition at every evaluation of the right-hand side (issue 40).
+    if not cpu_only:  # the fence on every platform, as before issue 40 (benchmarks/cuda_lowering.py)
+        return fenced(*flat)
+    return jax.lax.platform_dependent(*flat, cpu=fenced, default=lambda *values: assembled(list(values)))
 
 
 def evaluate_entrywise(f, args, batched):
