@@ -475,7 +475,44 @@ def robots_speed() -> str:
     return table(header, rows)
 
 
+GPU_RUN = "gpu-h200-2026-11-27"
+"""The first GPU run (one H200, commit 76a88e8; its PROVENANCE.md says how it was run)."""
+
+GPU_CONTENDERS = {
+    "ukjax_scara": "ukjax, shipped SCARA, Tsit5",
+    "ukjax_user_scara": "ukjax, user-written SCARA, Tsit5",
+    "naive_jax_scara": "naive JAX (eigh + pinv under vmap), Tsit5",
+    "ukjax_tree_chain": "ukjax, pinned 8-link chain (tree), RK4",
+}
+
+
+def gpu_throughput() -> str:
+    """One H200: scenario-steps per second (run seconds; compile seconds) per contender, batch and dtype."""
+    rows_in = [json.loads(line) for line in (RESULTS / GPU_RUN / "throughput-rows.jsonl").read_text().splitlines()
+               if line.strip()]
+    rows = []
+    for contender, label in GPU_CONTENDERS.items():
+        for batch in sorted({r["batch"] for r in rows_in if r["contender"] == contender}):
+            cells = [label, f"{batch:.0e}".replace("e+0", "e")]
+            for dtype in ("float64", "float32"):
+                found = [r for r in rows_in if (r["contender"], r["batch"], r["dtype"]) == (contender, batch, dtype)]
+                cells.append(
+                    f"{_rate(found[0]['scenario_steps_per_s'])} ({figures(found[0]['run_s'])} s; "
+                    f"compile {figures(found[0]['compile_s'])} s)" if found else "not reached"
+                )
+            rows.append(cells)
+    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile)", "float32"]
+    return table(header, rows, ["---", "---:", "---:", "---:"])
+
+
+def _rate(x: float) -> str:
+    """1.35e8: three significant figures for the GPU rates the README quotes."""
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "gpu-throughput": gpu_throughput,
     "user-model": user_model,
     "throughput": throughput,
     "default-method": default_method,
