@@ -540,7 +540,7 @@ def _fence(assemble, entries, *, cpu_only: bool = True):
 
     On CPU only: ``jax.lax.platform_dependent`` lowers the plain assembly for every other platform (GPU, TPU),
     where a loop inside the right-hand side costs kernel launches and, unless XLA captures it in a CUDA
-    graph, a device-to-host copy of its condition per evaluation (issue 40; docs/guide/gpu.md,
+    graph, a device-to-host copy of its condition per evaluation (docs/guide/gpu.md,
     ``tests/test_cuda_lowering.py``)."""
     flat, tree = jax.tree_util.tree_flatten([list(e.flat) for e in entries])
     if not flat:
@@ -560,8 +560,8 @@ def _fence(assemble, entries, *, cpu_only: bool = True):
         return jax.lax.while_loop(lambda carry: carry[0] < trips, body, (jnp.int32(0), zeros))[1]
 
     # CPU only (chosen when the program is lowered): on a GPU the loop would cost a kernel launch per trip
-    # and a device-to-host copy of its condition at every evaluation of the right-hand side (issue 40).
-    if not cpu_only:  # the fence on every platform, as before issue 40 (benchmarks/cuda_lowering.py)
+    # and a device-to-host copy of its condition at every evaluation of the right-hand side.
+    if not cpu_only:  # the fence on every platform, as it was before (benchmarks/cuda_lowering.py)
         return fenced(*flat)
     return jax.lax.platform_dependent(*flat, cpu=fenced, default=lambda *values: assembled(list(values)))
 
