@@ -90,14 +90,17 @@ def test_batch_params_spec_like_in_axes():
 
 
 def test_solution_save_and_load_round_trip(tmp_path):
-    sol = simulate_batch(PENDULUM, jnp.stack([Q0, Q0]), jnp.stack([QD0, QD0]), P, t1=0.5, dt0=0.01, ts=TS)
+    # a batch of 3 with batch_params=True: the compiled program of test_batch_params_spec_like_in_axes
+    params = {k: jnp.stack([v, v, v]) for k, v in P.items()}
+    sol = simulate_batch(PENDULUM, jnp.stack([Q0, Q0, -Q0]), jnp.stack([QD0, QD0, QD0]), params,
+                         batch_params=True, t1=0.5, dt0=0.01, ts=TS)
     path = sol.save(tmp_path / "run")
     assert path.name == "run.npz" and not list(tmp_path.glob(".*partial"))
     back = Solution.load(path)
     assert_tree_allclose(back, sol, rtol=0, atol=0)
     assert back.u is None and back.q.dtype == sol.q.dtype and back.status.dtype == sol.status.dtype
     with np.load(path) as raw:  # plain arrays, readable without ukjax
-        assert raw["q"].shape == (2, 3, 2) and "constraint_force.ideal" in raw.files
+        assert raw["q"].shape == (3, 3, 2) and "constraint_force.ideal" in raw.files
     np.savez(tmp_path / "other.npz", q=np.zeros(3))
     with pytest.raises(ValueError, match="not a ukjax Solution file"):
         Solution.load(tmp_path / "other.npz")
@@ -119,13 +122,11 @@ def test_step_reproduces_simulate_and_is_differentiable():
     assert abs(float(state.t) - 0.5) < 1e-14
     assert_tree_allclose((state.q, state.qd), (sol.q[-1], sol.qd[-1]), rtol=0, atol=1e-13)
     states = State(jnp.stack([Q0, -Q0]), jnp.stack([QD0, QD0]), jnp.zeros(2))
-    batch = jax.vmap(lambda s: step(PENDULUM, s, P, 0.01))(states)
+    batch = jax.jit(jax.vmap(lambda s: step(PENDULUM, s, P, 0.01)))(states)  # one program, not op by op
     assert_tree_allclose(batch.q[0], one(PENDULUM, State(Q0, QD0), P, 0.01).q, rtol=0, atol=1e-15)
 
-    def after_ten(c):
-        s = State(Q0, QD0)
-        for _ in range(10):
-            s = step(PENDULUM, s, P | {"c": c}, 0.01)
+    def after_ten(c):  # a loop: one step in the compiled program, not 10 unrolled copies
+        s = jax.lax.fori_loop(0, 10, lambda _, s: step(PENDULUM, s, P | {"c": c}, 0.01), State(Q0, QD0))
         return s.qd[0]
 
     derivative = jax.jit(jax.grad(after_ten))(P["c"])

@@ -1,12 +1,14 @@
 """Compile once, cache across processes, exact fixed-step budgets, and derivatives of the UK solve that reuse
 the forward factorization (checked against autodiff through the factorizations and finite differences)."""
 
+import functools
 import math
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from helpers import assert_tree_allclose, random_matrix, random_normal, random_spd
 
@@ -85,16 +87,17 @@ def _problem(key, n, m, rank, consistent, nonideal):
 
 
 def _tangents(key, M, Q, A, b, c, rank):
+    """Tangent directions, built in NumPy (no op-by-op JAX programs)."""
     k = jax.random.split(key, 5)
-    dM = random_normal(k[0], M.shape)
+    dM = np.asarray(random_normal(k[0], M.shape))
     dA = random_normal(k[2], A.shape)
     db = random_normal(k[3], b.shape)
     if rank < min(A.shape):
         # along a constant-rank curve: the derivative of a generalized inverse exists only there
-        u, _, vt = jnp.linalg.svd(A)
-        dA = u[:, :rank] @ random_normal(k[2], (rank, rank)) @ vt[:rank]
+        u, _, vt = np.linalg.svd(np.asarray(A))
+        dA = jnp.asarray(u[:, :rank] @ np.asarray(random_normal(k[2], (rank, rank))) @ vt[:rank])
     dc = None if c is None else random_normal(k[4], c.shape)
-    return dM + dM.T, random_normal(k[1], Q.shape), dA, db, dc
+    return jnp.asarray(dM + dM.T), random_normal(k[1], Q.shape), dA, db, dc
 
 
 CASES = [  # (n, m, rank, consistent b, non-ideal c): full rank, rank-deficient, redundant rows, inconsistent
@@ -113,6 +116,47 @@ def _with_method(method, cases):
             for c in cases]  # fmt: skip
 
 
+@functools.cache
+def _eq35_results(n, m, rank, consistent, nonideal):
+    """Every quantity the eq. 35 test compares, for both generalized inverses of G, from one compiled program
+    per case (its shapes): the cholesky and ldl tests of a case share it, and nothing runs op by op (eager
+    JAX compiles one small program per primitive and shape)."""
+    key = jax.random.PRNGKey(n * 100 + m * 10 + rank + 1000 * consistent + 2000 * nonideal)
+    M, Q, A, b, c = _problem(key, n, m, rank, consistent, nonideal)
+    tangents = _tangents(jax.random.fold_in(key, 1), M, Q, A, b, c, rank)
+    rtol = jnp.asarray(dynamics.gram_rtol(m, n))
+    h = 1e-6  # central differences: truncation O(h²) ~1e-12, round-off O(eps/h) ~1e-10
+
+    def checks(method, x, v):
+        def custom(M, Q, A, b, c):
+            return dynamics._eq35_terms(method, M, Q, A, b, c, rtol)
+
+        # autodiff through the Cholesky factorization and G's generalized inverse
+        def autodiff(M, Q, A, b, c):
+            return dynamics._eq35_forward(method, M, Q, A, b, c, rtol)[0]
+
+        primal, derivative = jax.jvp(custom, x, v)
+        primal_ref, derivative_ref = jax.jvp(autodiff, x, v)
+        shift = lambda s: [None if y is None else y + s * dy for y, dy in zip(x, v, strict=True)]
+        # both shifted points in one vmapped evaluation (one copy of the solve in the program, not two)
+        both = jax.vmap(lambda s: autodiff(*shift(s)))(jnp.array([h, -h]))
+        fd = jax.tree_util.tree_map(lambda y: (y[0] - y[1]) / (2 * h), both)
+        # reverse mode is the transpose of the same linear map: <w, J v> = <Jᵀ w, v>
+        weights = jax.tree_util.tree_map(
+            lambda y: jnp.cos(jnp.arange(y.size, dtype=y.dtype)).reshape(y.shape), primal
+        )
+        cotangents = jax.vjp(custom, *x)[1](weights)
+        lhs = sum(jnp.vdot(w, d) for w, d in zip(jax.tree_util.tree_leaves(weights),
+                                                 jax.tree_util.tree_leaves(derivative), strict=True))
+        rhs = sum(jnp.vdot(ct, t) for ct, t in zip(jax.tree_util.tree_leaves(cotangents),
+                                                   jax.tree_util.tree_leaves(v), strict=True))
+        return dict(primal=primal, primal_ref=primal_ref, derivative=derivative,
+                    derivative_ref=derivative_ref, fd=fd, lhs=lhs, rhs=rhs)
+
+    program = jax.jit(lambda x, v: {method: checks(method, x, v) for method in ("cholesky", "ldl")})
+    return jax.device_get(program((M, Q, A, b, c), tangents))
+
+
 @pytest.mark.parametrize(
     "method, n, m, rank, consistent, nonideal", _with_method("cholesky", CASES) + _with_method("ldl", CASES)
 )
@@ -123,37 +167,14 @@ def test_custom_derivative_of_the_eq35_solve_matches_autodiff_and_finite_differe
     differences, for both generalized inverses of G, consistent and inconsistent b, full and deficient rank:
     the least-squares acceleration of G⁺ (method "cholesky") and the reflexive G⁻ of "ldl", whose
     derivative has no r⊥ term (a rule with it differs from both references by ~1 here where r⊥ ≠ 0). Along
-    a constant-rank curve of A, where both inverses are differentiable."""
-    key = jax.random.PRNGKey(n * 100 + m * 10 + rank + 1000 * consistent + 2000 * nonideal)
-    M, Q, A, b, c = _problem(key, n, m, rank, consistent, nonideal)
-    tangents = _tangents(jax.random.fold_in(key, 1), M, Q, A, b, c, rank)
-    rtol = jnp.asarray(dynamics.gram_rtol(m, n))
-
-    def custom(M, Q, A, b, c):
-        return dynamics._eq35_terms(method, M, Q, A, b, c, rtol)
-
-    def autodiff(M, Q, A, b, c):  # autodiff through the Cholesky factorization and G's generalized inverse
-        return dynamics._eq35_forward(method, M, Q, A, b, c, rtol)[0]
-
-    primal, derivative = jax.jit(lambda x, v: jax.jvp(custom, x, v))((M, Q, A, b, c), tangents)
-    primal_ref, derivative_ref = jax.jit(lambda x, v: jax.jvp(autodiff, x, v))((M, Q, A, b, c), tangents)
-    assert_tree_allclose(primal, primal_ref, rtol=1e-12, atol=1e-12)
+    a constant-rank curve of A, where both inverses are differentiable. Reverse mode (the VJP) against the
+    same tangents: <w, J v> = <Jᵀ w, v>."""
+    r = _eq35_results(n, m, rank, consistent, nonideal)[method]
+    assert_tree_allclose(r["primal"], r["primal_ref"], rtol=1e-12, atol=1e-12)
     # both are exact derivatives; they differ by round-off amplified by cond(G) (≤ ~1e4 here)
-    assert_tree_allclose(derivative, derivative_ref, rtol=1e-10, atol=1e-10)
-    h = 1e-6  # central differences: truncation O(h²) ~1e-12, round-off O(eps/h) ~1e-10
-    shift = lambda s: [None if x is None else x + s * dx for x, dx in zip((M, Q, A, b, c), tangents,
-                                                                           strict=True)]
-    value = jax.jit(autodiff)
-    fd = jax.tree_util.tree_map(lambda p, m_: (p - m_) / (2 * h), value(*shift(h)), value(*shift(-h)))
-    assert_tree_allclose(derivative, fd, rtol=1e-6, atol=1e-7)
-    # reverse mode is the transpose of the same linear map: <w, J v> = <Jᵀ w, v>
-    weights = jax.tree_util.tree_map(lambda x: jnp.cos(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape),
-                                     primal)
-    cotangents = jax.jit(lambda x, w: jax.vjp(custom, *x)[1](w))((M, Q, A, b, c), weights)
-    lhs = sum(jnp.vdot(w, d) for w, d in zip(jax.tree_util.tree_leaves(weights),
-                                             jax.tree_util.tree_leaves(derivative), strict=True))
-    rhs = sum(jnp.vdot(ct, t) for ct, t in zip(jax.tree_util.tree_leaves(cotangents),
-                                               jax.tree_util.tree_leaves(tangents), strict=True))
+    assert_tree_allclose(r["derivative"], r["derivative_ref"], rtol=1e-10, atol=1e-10)
+    assert_tree_allclose(r["derivative"], r["fd"], rtol=1e-6, atol=1e-7)
+    lhs, rhs = r["lhs"], r["rhs"]
     assert float(abs(lhs - rhs)) <= 1e-9 * (1 + float(abs(lhs)))
 
 

@@ -40,7 +40,7 @@ def _record_evaluations(monkeypatch):
 
 def _compare(f, args, batched, rtol=1e-13, atol=1e-13):
     in_axes = [0 if b else None for b in batched]
-    expected = jax.vmap(f, in_axes=in_axes)(*args)
+    expected = jax.jit(jax.vmap(f, in_axes=in_axes))(*args)  # one program (op by op: one per primitive)
     got = jax.jit(lambda *a: evaluate_entrywise(f, a, batched))(*args)
     for e, g in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got), strict=True):
         assert g.shape == e.shape and g.dtype == e.dtype
@@ -155,16 +155,19 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
     ys = (jnp.asarray(random_normal(jax.random.key(3), (5, 2))),) * 2
     p = {"m": jnp.asarray(0.5), "g": jnp.asarray(9.8)}
     batched = lambda h, p: jax.vmap(h, in_axes=(0, 0, None))(ts, ys, p)
-    for e, got in zip(batched(f, p), jax.jit(batched, static_argnums=0)(g, p), strict=True):
+    # every reference is one compiled program too (op by op, JAX compiles one small program per primitive)
+    expected = jax.jit(batched, static_argnums=0)(f, p)
+    for e, got in zip(expected, jax.jit(batched, static_argnums=0)(g, p), strict=True):
         np.testing.assert_allclose(got, e, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(g(ts[1], (ys[0][1], ys[1][1]), p)[1], f(ts[1], (ys[0][1], ys[1][1]), p)[1])
+    one = jax.jit(lambda h, t, y, p: h(t, y, p)[1], static_argnums=0)
+    np.testing.assert_allclose(one(g, ts[1], (ys[0][1], ys[1][1]), p), one(f, ts[1], (ys[0][1], ys[1][1]), p))
     loss = lambda p, h: jnp.sum(batched(h, p)[1] ** 2)
-    grads = [jax.grad(loss)(p, h) for h in (f, g)]
+    grads = [jax.jit(jax.grad(loss), static_argnums=1)(p, h) for h in (f, g)]
     for key in p:
         np.testing.assert_allclose(grads[1][key], grads[0][key], rtol=1e-13)
     calls = _record_evaluations(monkeypatch)
     small = batched_by_entries(f, min_batch=6)
-    for e, got in zip(batched(f, p), jax.jit(batched, static_argnums=0)(small, p), strict=True):
+    for e, got in zip(expected, jax.jit(batched, static_argnums=0)(small, p), strict=True):
         np.testing.assert_allclose(got, e, rtol=1e-13, atol=1e-14)
     assert not calls, "a batch below min_batch is vmap's program"
     halve = lambda t, y, p: jax.lax.while_loop(lambda v: v[0] < 1.0, lambda v: v + 0.5, y[0])
@@ -172,7 +175,8 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
     jax.jit(jax.vmap(looping, in_axes=(0, 0, None)))(ts, ys, p)
     assert not calls, "a function with an equation that has no entry rule (a while loop) is vmap's program"
     tangent = {"m": jnp.asarray(1.0), "g": jnp.asarray(0.0)}
-    jvps = [jax.jvp(functools.partial(loss, h=h), (p,), (tangent,))[1] for h in (f, g)]
+    jvps = [jax.jit(lambda p, t, h=h: jax.jvp(functools.partial(loss, h=h), (p,), (t,))[1])(p, tangent)
+            for h in (f, g)]
     np.testing.assert_allclose(jvps[1], jvps[0], rtol=1e-13)
 
 
@@ -263,7 +267,7 @@ def test_shipped_models_right_hand_side_equals_vmap(name):
     q0, qd0 = initial_state(p)
     noise = jnp.asarray(random_normal(jax.random.key(4), (2, 3, q0.shape[0])))
     qs, qds = q0 + 1e-2 * noise[0], qd0 + 1e-2 * noise[1]
-    expected = jax.vmap(f, in_axes=(0, 0, None))(qs, qds, p)
+    expected = jax.jit(jax.vmap(f, in_axes=(0, 0, None)))(qs, qds, p)  # one program, not op by op
     got = jax.jit(lambda q, qd, p: evaluate_entrywise(f, (q, qd, p), [True, True, False]))(qs, qds, p)
     assert bool(jnp.all(jnp.isfinite(expected)))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9 * float(jnp.max(jnp.abs(expected))))

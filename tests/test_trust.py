@@ -61,7 +61,8 @@ def test_a_start_off_the_constraints_is_judged_by_where_it_ends():
     # (violations are in units of the tolerance, 1e-6 m and 1e-6 m/s: 0.7 m/s is ~4e5 of it, 1e-11 m is 1e-5)
     assert float(settled.velocity_violation.max()) > 1e5 and float(settled.position_violation[-1]) < 1e-4
     assert int(settled.status) == RESULTS.success
-    early = simulate(STABILIZED, f64([0.1]), f64([0.0]), P, t1=0.1, dt=0.01)
+    # (max_steps given: t1 and dt are numbers of the settled run's compiled program, 10 of its 201 steps)
+    early = simulate(STABILIZED, f64([0.1]), f64([0.0]), P, t1=0.1, dt=0.01, max_steps=201)
     assert int(early.status) == RESULTS.constraint_violated
 
 
@@ -70,10 +71,11 @@ def test_steps_too_long_for_the_constraint_are_flagged_and_a_good_run_succeeds()
     good = simulate(CIRCLE, q0, qd0, P, t1=1.0, dt=0.01)
     assert int(good.status) == RESULTS.success and float(good.position_violation.max()) < 1e-3  # < 1 nm
     # dt = 0.3 without stabilization: |φ| reaches 0.04-3 (as a user reported), no longer "success"
-    coarse = simulate(CIRCLE, q0, qd0, P, t1=1.2, dt=0.3)
+    # (max_steps given: t1 and dt are numbers of the good run's compiled program, 4 of its 101 steps)
+    coarse = simulate(CIRCLE, q0, qd0, P, t1=1.2, dt=0.3, max_steps=101)
     assert int(coarse.status) in (RESULTS.constraint_violated, RESULTS.nonfinite_state)
     # the tolerance is the user's: a loose one accepts the coarse run
-    loose = simulate(CIRCLE, q0, qd0, P, t1=1.2, dt=0.3, constraint_rtol=10.0)
+    loose = simulate(CIRCLE, q0, qd0, P, t1=1.2, dt=0.3, constraint_rtol=10.0, max_steps=101)
     assert int(loose.status) == RESULTS.success
 
 
