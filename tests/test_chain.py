@@ -60,24 +60,35 @@ def test_power_balance(terms):
     """Unconstrained and undamped, dE/dt = ∂E/∂q q̇ + ∂E/∂q̇ q̈ = 0 with q̈ = M⁻¹Q: checks the velocity
     (Coriolis, centrifugal) terms of Q at random states. Terms are O(10-100) W; 1e-10 absolute."""
     energy = lambda q, qd: chain.kinetic_energy(q, qd, T0, PARAMS) + chain.potential_energy(q, T0, PARAMS)
+
+    @jax.jit
+    def power(q, qd, M, Q):  # one compiled call per state
+        qdd = jnp.linalg.solve(M, Q)
+        dE_dq, dE_dqd = jax.grad(energy, argnums=(0, 1))(q, qd)
+        return dE_dq @ qd + dE_dqd @ qdd
+
     rng = np.random.default_rng(1)
     for _ in range(3):
         q, qd = jnp.asarray(rng.uniform(-3, 3, LINKS)), jnp.asarray(rng.normal(0, 3, LINKS))
         M, Q = terms(q, qd)
-        qdd = jnp.linalg.solve(M, Q)
-        dE_dq, dE_dqd = jax.grad(energy, argnums=(0, 1))(q, qd)
-        assert abs(float(dE_dq @ qd + dE_dqd @ qdd)) < 1e-10
+        assert abs(float(power(q, qd, M, Q))) < 1e-10
 
 
 def test_initial_states_are_consistent():
     """φ(q0) = 0 and J q̇0 = 0 for every scenario (rounding only: 1e-14), and the tip Jacobian has rank 2."""
     q0s, qd0s = chain.scenarios(PARAMS, 4, speed=1.0, seed=3)
-    J = jax.jacfwd(chain.tip)(q0s[0], PARAMS)
-    assert np.linalg.matrix_rank(np.asarray(J)) == 2
-    assert float(jnp.max(jnp.abs(chain.tip(q0s[0], PARAMS) - PARAMS["tip"]))) < 1e-14
-    assert float(jnp.max(jnp.abs(qd0s @ J.T))) < 1e-14
-    assert float(jnp.min(jnp.linalg.norm(qd0s, axis=1))) > 0.1  # the scenarios do move
-    position, velocity = SYSTEM.residuals(q0s[1], qd0s[1], T0, PARAMS)
+    J, tip, (position, velocity) = jax.jit(  # one compiled call
+        lambda q0s, qd0s: (
+            jax.jacfwd(chain.tip)(q0s[0], PARAMS),
+            chain.tip(q0s[0], PARAMS),
+            SYSTEM.residuals(q0s[1], qd0s[1], T0, PARAMS),
+        )
+    )(q0s, qd0s)
+    J, qd0s = np.asarray(J), np.asarray(qd0s)
+    assert np.linalg.matrix_rank(J) == 2
+    assert float(np.max(np.abs(np.asarray(tip) - np.asarray(PARAMS["tip"])))) < 1e-14
+    assert float(np.max(np.abs(qd0s @ J.T))) < 1e-14
+    assert float(np.min(np.linalg.norm(qd0s, axis=1))) > 0.1  # the scenarios do move
     assert float(jnp.max(jnp.abs(position))) < 1e-14 and float(jnp.max(jnp.abs(velocity))) < 1e-14
 
 
@@ -91,7 +102,7 @@ def test_redundant_pins_give_the_same_motion():
     off = q0s + 0.01 * jnp.asarray(np.random.default_rng(5).normal(size=q0s.shape))
     for qs in (q0s, off):
         assert_tree_allclose(qdd_redundant(qs, qd0s), qdd(qs, qd0s), rtol=1e-10, atol=1e-10)
-    A, _ = REDUNDANT.constraint_equations(q0s[0], qd0s[0], T0, PARAMS)
+    A, _ = jax.jit(lambda q, qd: REDUNDANT.constraint_equations(q, qd, T0, PARAMS))(q0s[0], qd0s[0])
     assert A.shape == (2 * LINKS, LINKS) and np.linalg.matrix_rank(np.asarray(A)) == 2
 
 

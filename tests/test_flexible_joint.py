@@ -1,6 +1,8 @@
 """Flexible-joint manipulator, seed 002 §8.3: the model against a Lagrangian built from the link kinematics,
 the control law eq. 71-72 against the error dynamics it must impose, the closed loop against 0.9 e^{-t/P}."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,14 +80,21 @@ def test_model_matches_lagrangian_of_the_link_kinematics(seed):
     assert_tree_allclose(ours, lagrangian, rtol=1e-12, atol=1e-12)
 
 
+@jax.jit
+def _link_terms(q1, qd1, p):
+    """D, C, G and the control torque τ_d of eq. 71, in one compiled call (every seed and P shares it)."""
+    return fj.link_matrices(q1, qd1, p), fj.link_control_torque(q1, qd1, p)
+
+
 @pytest.mark.parametrize("seed, P", [(3, 0.25), (4, 0.1), (5, 2.0)])
 def test_control_law_imposes_beta_dot_equal_minus_beta_over_P(seed, P):
     q, qd = _random_state(seed)
     p = {**_other_params(), "P": jnp.full((1, 1), P)}
     q1, qd1 = q[:2], qd[:2]
-    D, C, G = (np.asarray(x) for x in fj.link_matrices(q1, qd1, p))
+    matrices, tau = _link_terms(q1, qd1, p)
+    D, C, G = (np.asarray(x) for x in matrices)
     F = -(C @ np.asarray(qd1) + G)
-    tau = np.asarray(fj.link_control_torque(q1, qd1, p))
+    tau = np.asarray(tau)
     A = np.ones((1, 2))
     beta = A @ np.asarray(qd1)
     # With D q̈₁ = F + τ_d: A q̈₁ = -β/P (eq. 72); a linear solve of a well-conditioned 2 x 2: round-off only.
@@ -103,24 +112,46 @@ def test_motor_torques_reach_links_only_through_the_springs():
     direct = System(
         mass=fj.mass_matrix, force=fj.given_force, n=4, actuation=fj.actuation, servo_constraints=(task,)
     )
-    equation = jax.jit(lambda q, qd, p: control.servo_equation(direct, q, qd, 0.0, p))(q, qd, p)
+    equation, (A_s, M, B) = jax.jit(  # one compiled call
+        lambda q, qd, p: (
+            control.servo_equation(direct, q, qd, 0.0, p),
+            (
+                fj.motor_servo_constraint().second_order(q, qd, 0.0, p)[0],
+                fj.mass_matrix(q, 0.0, p),
+                fj.actuation(q, 0.0, p),
+            ),
+        )
+    )(q, qd, p)
     # Block-diagonal M and B = [0; I]: A M⁻¹B is exactly zero, so the link-rate task alone is infeasible.
     assert_tree_allclose(equation.D, np.zeros((1, 2)), rtol=0, atol=1e-15)
     assert not bool(control.servo_controllability(equation.D, equation.r).feasible)
     # The torque servo constraint of the model involves q̈₂ with coefficient K: A_s M⁻¹B = K J⁻¹.
-    A_s, _ = jax.jit(fj.motor_servo_constraint().second_order)(q, qd, 0.0, p)
-    D = A_s @ np.linalg.solve(np.asarray(fj.mass_matrix(q, 0.0, p)), np.asarray(fj.actuation(q, 0.0, p)))
+    D = A_s @ np.linalg.solve(np.asarray(M), np.asarray(B))
     K_over_J = np.diag([float(p["K1"] / p["J11"]), float(p["K2"] / p["J22"])])
     assert_tree_allclose(D, K_over_J, rtol=1e-12, atol=1e-12)
 
 
+@functools.partial(jax.jit, static_argnames="motor")
+def _initial_state(p, *, motor):
+    """fj.initial_state compiled (one program per motor start, shared with the simulations below; pass motor
+    by keyword always: jit keys its cache on how a static argument is given)."""
+    return fj.initial_state(p, motor=motor)
+
+
+@jax.jit
+def _errors(q, qd, p):
+    """β, e and ė at one state, in one compiled call."""
+    return fj.tracking_error(q, qd, p), fj.torque_error(q, qd, p), fj.torque_error_rate(q, qd, p)
+
+
 def test_initial_states():
-    q0, qd0 = fj.initial_state(PARAMS)
-    assert_tree_allclose(fj.tracking_error(q0, qd0, PARAMS), np.array([0.9]), atol=1e-15)
+    q0, qd0 = _initial_state(PARAMS, motor="matched")
+    beta, e, e_dot = _errors(q0, qd0, PARAMS)
+    assert_tree_allclose(beta, np.array([0.9]), atol=1e-15)
     # Matched motors: e = ė = 0 by construction (one exact Newton step on an affine function of q̇₂).
-    assert_tree_allclose(fj.torque_error(q0, qd0, PARAMS), np.zeros(2), rtol=0, atol=1e-12)
-    assert_tree_allclose(fj.torque_error_rate(q0, qd0, PARAMS), np.zeros(2), rtol=0, atol=1e-12)
-    q0, qd0 = fj.initial_state(PARAMS, motor="relaxed")
+    assert_tree_allclose(e, np.zeros(2), rtol=0, atol=1e-12)
+    assert_tree_allclose(e_dot, np.zeros(2), rtol=0, atol=1e-12)
+    q0, qd0 = _initial_state(PARAMS, motor="relaxed")
     assert_tree_allclose((q0[2:], qd0[2:]), (q0[:2], qd0[:2]), rtol=0, atol=0)
 
 
@@ -128,16 +159,25 @@ def test_initial_states():
 def solutions():
     runs = {}
     for motor in fj.MOTOR_STARTS:  # same shapes and options: one compiled program
-        q0, qd0 = fj.initial_state(PARAMS, motor=motor)
+        q0, qd0 = _initial_state(PARAMS, motor=motor)
         runs[motor] = ukjax.simulate(SYSTEM, q0, qd0, PARAMS, t1=2.5, rtol=1e-10, atol=1e-10)
     return runs
+
+
+@jax.jit
+def _along(ts, q, qd):
+    """β and e at every save of a solution, and the closed form of eq. 72 at its times: one compiled call for
+    both solutions (same save times)."""
+    beta, e = jax.vmap(lambda q, qd: (fj.tracking_error(q, qd, PARAMS), fj.torque_error(q, qd, PARAMS)))(
+        q, qd
+    )
+    return beta, e, fj.beta_closed_form(ts, jnp.array([0.9]), PARAMS)
 
 
 def test_beta_follows_the_closed_form_of_eq72(solutions):
     sol = solutions["matched"]
     assert int(sol.status) == int(ukjax.RESULTS.success), sol.message
-    beta = np.asarray(jax.vmap(lambda q, qd: fj.tracking_error(q, qd, PARAMS))(sol.q, sol.qd))
-    closed = np.asarray(fj.beta_closed_form(sol.ts, jnp.array([0.9]), PARAMS))
+    beta, _, closed = (np.asarray(x) for x in _along(sol.ts, sol.q, sol.qd))
     # e stays 0, so β̇ = -β/P exactly; Tsit5 at rtol = atol = 1e-10 (~650 steps) measured 1.2e-12: 1e-9 margin.
     assert_tree_allclose(beta, closed, rtol=0, atol=1e-9)
     # The paper's claim, |β| < 1e-3 within 2 s, at the closed-form time P ln 900 = 1.7006 s (log interpolation
@@ -152,8 +192,8 @@ def test_beta_follows_the_closed_form_of_eq72(solutions):
 def test_relaxed_motors_meet_the_paper_claim_too(solutions):
     sol = solutions["relaxed"]
     assert int(sol.status) == int(ukjax.RESULTS.success), sol.message
-    beta = np.asarray(jax.vmap(lambda q, qd: fj.tracking_error(q, qd, PARAMS))(sol.q, sol.qd))[:, 0]
-    e = np.asarray(jax.vmap(lambda q, qd: fj.torque_error(q, qd, PARAMS))(sol.q, sol.qd))
+    beta, e, _ = (np.asarray(x) for x in _along(sol.ts, sol.q, sol.qd))
+    beta = beta[:, 0]
     # e(0) = -τ_d(0) ≈ -(11.3, 5.4) N m decays as (e₀ + (ė₀ + 20 e₀) t) e^{-20 t}: below 1e-4 N m by t = 1 s.
     assert np.max(np.abs(e[sol.ts >= 1.0])) < 1e-4
     assert first_time_below(sol.ts, beta, 1e-3) < 2.0  # measured 1.82 s

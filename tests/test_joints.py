@@ -161,18 +161,26 @@ def test_matches_mujoco():
     gravity = jnp.asarray(model.opt.gravity)
     assert (model.nq, model.nv) == (tree.nq, tree.nv)
     relative = lambda a, b: np.max(np.abs(a - b)) / np.max(np.abs(b))
+
+    @jax.jit
+    def everything(q, v, bodies, gravity):  # one compiled call per state
+        return (
+            tree.mass_matrix(q, bodies),
+            tree.bias_force(q, v, bodies, gravity),
+            tree.forward_dynamics(q, v, jnp.zeros(tree.nv), bodies, gravity),
+            tree.frames(q, bodies),
+        )
+
     for _ in range(3):
         q, v = random_configuration(tree), RNG.normal(size=tree.nv)
         data.qpos[:], data.qvel[:] = np.asarray(q), v
         mujoco.mj_forward(model, data)
         M = np.zeros((model.nv, model.nv))
         mujoco.mj_fullM(model, data, M)
-        assert relative(np.asarray(tree.mass_matrix(q, bodies)), M) < 1e-10
-        bias = np.asarray(tree.bias_force(q, jnp.asarray(v), bodies, gravity))
-        assert relative(bias, data.qfrc_bias) < 1e-10
-        qdd = np.asarray(tree.forward_dynamics(q, jnp.asarray(v), jnp.zeros(tree.nv), bodies, gravity))
-        assert relative(qdd, data.qacc) < 1e-10
-        R, p = tree.frames(q, bodies)
+        ours, bias, qdd, (R, p) = everything(q, jnp.asarray(v), bodies, gravity)
+        assert relative(np.asarray(ours), M) < 1e-10
+        assert relative(np.asarray(bias), data.qfrc_bias) < 1e-10
+        assert relative(np.asarray(qdd), data.qacc) < 1e-10
         np.testing.assert_allclose(np.asarray(p), data.xpos[1:], atol=1e-13)
         np.testing.assert_allclose(np.asarray(R).reshape(3, 9), data.xmat[1:], atol=1e-13)
 
@@ -185,7 +193,7 @@ def test_torque_free_body_conserves_energy_and_momentum():
                          atol=1e-10)  # fmt: skip
     assert int(sol.status) == 0
     assert np.max(np.abs(np.linalg.norm(sol.q[:, 3:], axis=1) - 1.0)) < 1e-12
-    energy = jax.vmap(lambda q, v: FREE_SYSTEM.energy(q, v, 0.0, FREE_PARAMS))(sol.q, sol.qd)
+    energy = jax.jit(jax.vmap(lambda q, v: FREE_SYSTEM.energy(q, v, 0.0, FREE_PARAMS)))(sol.q, sol.qd)
     assert np.max(np.abs(energy - energy[0])) < 1e-8 * energy[0]
     momentum = np.stack([_quaternion_rotation(q[3:]) @ (FREE_PARAMS["I"] * v[3:]) for q, v in zip(
         np.asarray(sol.q), np.asarray(sol.qd), strict=True)])  # fmt: skip
@@ -220,25 +228,35 @@ def test_holonomic_constraint_on_ball_body_matches_kkt():
     R = _quaternion_rotation(np.asarray(q))
     params = BALL_PARAMS | {"d": jnp.asarray(NORMAL @ R @ TIP)}
     system = BALL_SYSTEM.with_constraints(tip_on_plane())
-    A, b = system.constraint_equations(q, v, 0.0, params)
+
+    @jax.jit
+    def everything(q, v, params):  # one compiled call (also at the consistent state below)
+        return dict(
+            Ab=system.constraint_equations(q, v, 0.0, params),
+            M=system.mass_matrix(q, 0.0, params),
+            Q=system.given_force(q, v, 0.0, params),
+            qdd={method: system.acceleration(q, v, 0.0, params, method=method) for method in ("ldl", "svd")},
+            residuals=system.residuals(q, v, 0.0, params),
+        )
+
+    out = everything(q, v, params)
+    A, b = out["Ab"]
     w = np.asarray(v)
     A_ref = -NORMAL @ R @ _skew(TIP)
     b_ref = -NORMAL @ R @ np.cross(w, np.cross(w, TIP))
     np.testing.assert_allclose(A[0], A_ref, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(b[0], b_ref, rtol=1e-12, atol=1e-14)
-    M = np.asarray(system.mass_matrix(q, 0.0, params))
-    Q = np.asarray(system.given_force(q, v, 0.0, params))
+    M, Q = np.asarray(out["M"]), np.asarray(out["Q"])
     kkt = np.block([[M, A_ref[:, None]], [A_ref[None, :], np.zeros((1, 1))]])
     expected = np.linalg.solve(kkt, np.concatenate([Q, [b_ref]]))[:3]
     for method in ("ldl", "svd"):
-        qdd = system.acceleration(q, v, 0.0, params, method=method)
-        np.testing.assert_allclose(qdd, expected, rtol=1e-10, atol=1e-12)
-    phi, phi_dot = system.residuals(q, v, 0.0, params)
+        np.testing.assert_allclose(out["qdd"][method], expected, rtol=1e-10, atol=1e-12)
+    phi, phi_dot = out["residuals"]
     assert abs(float(phi[0])) < 1e-14 and abs(float(phi_dot[0]) - A_ref @ w) < 1e-14
     # consistent_state moves a guess onto the plane through the chart and keeps the quaternion unit
     guess = q.at[1].add(0.05) * 1.1
     q_c, v_c = ukjax.consistent_state(system, guess, v, 0.0, params)
-    phi, phi_dot = system.residuals(q_c, v_c, 0.0, params)
+    phi, phi_dot = everything(q_c, v_c, params)["residuals"]
     assert abs(float(phi[0])) < 1e-12 and abs(float(phi_dot[0])) < 1e-12
     assert abs(float(jnp.linalg.norm(q_c)) - 1.0) < 1e-15
 

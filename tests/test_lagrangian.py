@@ -51,8 +51,10 @@ def test_double_pendulum_closed_form(one_pass):
     gravity = [-m2 l1 l2 s θ̇2² - (m1+m2) g l1 sin θ1, m2 l1 l2 s θ̇1² - m2 g l2 sin θ2], s = sin(θ1 - θ2).
     float64 at O(1) values: 1e-12 leaves room for a few hundred roundings."""
     p = PENDULUM_PARAMS
-    (m1, m2), (l1, l2), g = p["m"], p["l"], p["g"]
-    for q, qd in _states(2, 5, seed=1):
+
+    @jax.jit
+    def closed_form(q, qd, p):  # one compiled call, not op by op
+        (m1, m2), (l1, l2), g = p["m"], p["l"], p["g"]
         c, s = jnp.cos(q[0] - q[1]), jnp.sin(q[0] - q[1])
         M = jnp.asarray([[(m1 + m2) * l1**2, m2 * l1 * l2 * c], [m2 * l1 * l2 * c, m2 * l2**2]])
         Q = jnp.stack(
@@ -61,7 +63,10 @@ def test_double_pendulum_closed_form(one_pass):
                 m2 * l1 * l2 * s * qd[0] ** 2 - m2 * g * l2 * jnp.sin(q[1]),
             ]
         )
-        assert_tree_allclose(one_pass(q, qd, p), (M, Q), rtol=1e-12, atol=1e-12)
+        return M, Q
+
+    for q, qd in _states(2, 5, seed=1):
+        assert_tree_allclose(one_pass(q, qd, p), closed_form(q, qd, p), rtol=1e-12, atol=1e-12)
 
 
 def _bead_kinetic(q, qd, t, p):
@@ -119,7 +124,7 @@ def test_motion_uses_the_hook_only_while_it_agrees():
     assert PENDULUM.mass_and_force.agrees_with == (PENDULUM.mass, PENDULUM.force)
     qdd = system.acceleration(q, qd, T0, p)
     assert len(calls) == 1
-    M, Q = PENDULUM.mass_matrix(q, T0, p), PENDULUM.given_force(q, qd, T0, p)
+    M, Q = jax.jit(lambda q, qd: (PENDULUM.mass_matrix(q, T0, p), PENDULUM.given_force(q, qd, T0, p)))(q, qd)
     assert_tree_allclose(qdd, jnp.linalg.solve(M, Q), rtol=1e-12, atol=1e-12)
 
     push = jnp.asarray([0.5, -2.0])
@@ -166,6 +171,7 @@ def test_gradient_matches_central_differences():
 
     masses = PENDULUM_PARAMS["m"]
     grad = jax.jit(jax.grad(scalar))(masses)
+    scalar = jax.jit(scalar)  # the differences: one compiled program, not op by op
     for i in range(2):
         e = jnp.zeros(2).at[i].set(1.0)
         fd = central_difference(scalar, masses, e)
@@ -177,9 +183,15 @@ def test_potential_none_means_no_potential():
     free = System.from_lagrangian(_pendulum_kinetic, None, 2)
     zero = System.from_lagrangian(_pendulum_kinetic, lambda q, t, p: jnp.zeros((), q.dtype), 2)
     q, qd = _states(2, 1, seed=6)[0]
-    p = PENDULUM_PARAMS
-    assert_tree_allclose(
-        free.mass_and_given_force(q, qd, T0, p), zero.mass_and_given_force(q, qd, T0, p), rtol=0, atol=0
-    )
-    assert_tree_allclose(free.given_force(q, qd, T0, p), zero.given_force(q, qd, T0, p), rtol=0, atol=0)
-    assert_tree_allclose(free.energy(q, qd, T0, p), _pendulum_kinetic(q, qd, T0, p), rtol=1e-14, atol=0)
+
+    @jax.jit
+    def both(q, qd, p):  # one compiled call
+        return [
+            (system.mass_and_given_force(q, qd, T0, p), system.given_force(q, qd, T0, p))
+            for system in (free, zero)
+        ] + [(free.energy(q, qd, T0, p), _pendulum_kinetic(q, qd, T0, p))]
+
+    (free_one, free_q), (zero_one, zero_q), (energy, kinetic) = both(q, qd, PENDULUM_PARAMS)
+    assert_tree_allclose(free_one, zero_one, rtol=0, atol=0)
+    assert_tree_allclose(free_q, zero_q, rtol=0, atol=0)
+    assert_tree_allclose(energy, kinetic, rtol=1e-14, atol=0)

@@ -105,7 +105,7 @@ def test_full_coordinate_jacobian_is_not_what_is_returned(cart_linearize):
     def full(state):
         return jnp.concatenate([state[3:], CART.acceleration(state[:3], state[3:], 0.0, CART_P)])
 
-    full_eig = np.linalg.eigvals(np.asarray(jax.jacfwd(full)(jnp.concatenate([q, qd]))))
+    full_eig = np.linalg.eigvals(np.asarray(jax.jit(jax.jacfwd(full))(jnp.concatenate([q, qd]))))
     assert full_eig.shape == (6,) and np.sum(np.abs(full_eig + 5.0) < 1e-5) == 2
     lin = cart_linearize(q, qd, CART_P)
     assert lin.A.shape == (4, 4) and lin.B.shape == (4, 1)
@@ -129,7 +129,7 @@ def test_gradient_of_the_unstable_eigenvalue_matches_finite_differences():
     p = CART_P
     grad = jax.jit(jax.grad(growth))(p)
     growth = jax.jit(growth)
-    closed = jax.grad(lambda p: jnp.sqrt((p["M"] + p["m"]) * p["g"] / (p["M"] * p["l"])))(p)
+    closed = jax.jit(jax.grad(lambda p: jnp.sqrt((p["M"] + p["m"]) * p["g"] / (p["M"] * p["l"]))))(p)
     for key in ("M", "m", "l", "g"):
         fd = central_difference(lambda v, key=key: growth(dict(p, **{key: v})), p[key], jnp.asarray(1.0))
         assert abs(float(grad[key] - fd)) <= 1e-7 * (1 + abs(float(fd))), key
@@ -228,7 +228,10 @@ def disk_closed_form(spin, p=DISK_P):
 
 @pytest.fixture(scope="module")
 def disk():
-    return jax.jit(disk_linearization)
+    """disk_linearization compiled once: the spin is made a strongly typed float64 (a Python float gives a
+    weakly typed array, an entry of an array a strong one, and jit compiles each kind separately)."""
+    jitted = jax.jit(disk_linearization)
+    return lambda spin: jitted(jnp.asarray(spin, jnp.float64))
 
 
 def test_rolling_disk_matches_the_closed_form(disk):

@@ -221,11 +221,16 @@ def chains():
 def test_tree_system_matches_lagrangian_system(chains, copies, method):
     p, q, qd = chains
     dense, tree = chain.system(LINKS, copies=copies), chain.multibody_system(LINKS, copies=copies)
-    a, b = dense.motion(q, qd, 0.0, p, method=method), tree.motion(q, qd, 0.0, p, method=method)
+    a, b, svd = jax.jit(  # the three solves in one compiled call
+        lambda q, qd, p: (
+            dense.motion(q, qd, 0.0, p, method=method),
+            tree.motion(q, qd, 0.0, p, method=method),
+            dense.acceleration(q, qd, 0.0, p, method="svd"),
+        )
+    )(q, qd, p)
     np.testing.assert_allclose(b.qdd, a.qdd, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(b.constraint_force.total, a.constraint_force.total, rtol=1e-9, atol=1e-9)
-    # against the reference form (SVD of B = A M^{-1/2}, no shared solve)
-    svd = dense.acceleration(q, qd, 0.0, p, method="svd")
+    # against the reference form (SVD of B = A M^{-1/2}, no shared solve): svd above
     np.testing.assert_allclose(b.qdd, svd, rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose(b.A @ b.qdd, b.b, atol=1e-8)
 
@@ -271,12 +276,21 @@ def test_uk_solve_with_matches_dense_forms():
     M = jnp.asarray(L @ L.T + n * np.eye(n))
     Q, c = jnp.asarray(RNG.normal(size=n)), jnp.asarray(RNG.normal(size=n))
     base = RNG.normal(size=(2, n))
+
+    @jax.jit
+    def forms(M, Q, A, b, c):  # both Cholesky forms and the SVD reference, one compiled call per shape of A
+        solved = {
+            method: dynamics.uk_solve_with(lambda B: jnp.linalg.solve(M, B), Q, A, b, c, method=method)
+            for method in ("ldl", "cholesky")
+        }
+        return solved, dynamics.uk_solve(M, Q, A, b, c, method="svd")
+
     for A in (np.vstack([base, base.sum(0)]), np.vstack([base, 2 * base, base - base[::-1]])):  # m = 3, 6
         A = jnp.asarray(A)
         b = A @ jnp.asarray(RNG.normal(size=n))  # consistent
+        solved, (ref_qdd, ref_force) = forms(M, Q, A, b, c)
         for method in ("ldl", "cholesky"):
-            qdd, force = dynamics.uk_solve_with(lambda B: jnp.linalg.solve(M, B), Q, A, b, c, method=method)
-            ref_qdd, ref_force = dynamics.uk_solve(M, Q, A, b, c, method="svd")
+            qdd, force = solved[method]
             np.testing.assert_allclose(qdd, ref_qdd, atol=1e-10)
             np.testing.assert_allclose(force.ideal, ref_force.ideal, atol=1e-10)
             np.testing.assert_allclose(force.nonideal, ref_force.nonideal, atol=1e-10)
@@ -288,9 +302,14 @@ def test_uk_solve_with_matches_dense_forms():
     A = jnp.asarray(np.vstack([base, base + 1e-1 * local.normal(size=(2, n)), base[:1]]))
     assert 30 < np.linalg.cond(np.asarray(A)) < 1e3
     b = jnp.asarray(local.normal(size=5))  # inconsistent
-    ref = dynamics.uk_acceleration(M, Q, A, b, method="svd")
+    accelerations = jax.jit(
+        lambda M, Q, A, b: {
+            method: dynamics.uk_acceleration(M, Q, A, b, method=method)
+            for method in ("svd", "ldl", "cholesky")
+        }
+    )(M, Q, A, b)
     for method in ("ldl", "cholesky"):
-        np.testing.assert_allclose(dynamics.uk_acceleration(M, Q, A, b, method=method), ref, atol=1e-9)
+        np.testing.assert_allclose(accelerations[method], accelerations["svd"], atol=1e-9)
     with pytest.raises(ValueError, match="method must be one of"):
         dynamics.uk_solve_with(lambda B: B, Q, A, b, method="svd")
     with pytest.raises(ValueError, match="expected Q"):
@@ -330,8 +349,13 @@ def test_constraint_jacobians_by_either_mode_agree():
     def psi(q, qd, t, p):  # 1 row: reverse mode
         return jnp.stack([qd[0] * jnp.cos(q[1]) + qd[2] * qd[3] * p["k"]])
 
-    A, _ = Nonholonomic(psi=psi).second_order(q, qd, 0.0, p)
-    np.testing.assert_allclose(A, jax.jacfwd(psi, argnums=1)(q, qd, 0.0, p), atol=1e-14)
+    A, A_ref = jax.jit(
+        lambda q, qd, p: (
+            Nonholonomic(psi=psi).second_order(q, qd, 0.0, p)[0],
+            jax.jacfwd(psi, argnums=1)(q, qd, 0.0, p),
+        )
+    )(q, qd, p)
+    np.testing.assert_allclose(A, A_ref, atol=1e-14)
 
 
 def test_bad_trees_and_bodies_are_refused():

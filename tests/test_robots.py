@@ -16,6 +16,7 @@ offset, a fused tool, a body with two joints, armature, damping, tilted gravity,
 by ``connect``) and ``weld.xml`` (a six-joint body welded to an arm, plus a joint equality).
 """
 
+import functools
 from pathlib import Path
 
 import jax
@@ -66,10 +67,18 @@ def random_states(robot, count, seed, scale=1.0):
     return [(rng.uniform(-scale, scale, robot.n), rng.uniform(-1.0, 1.0, robot.n)) for _ in range(count)]
 
 
+@functools.cache
+def loaded(name: str):
+    """A test file read once per module: the robot, its system and the system's jitted acceleration (one
+    compiled program per file, shared by the tests that use it)."""
+    robot = robots.load(DATA / name)
+    system = robot.system()
+    return robot, system, jax.jit(system.acceleration)
+
+
 @pytest.fixture(scope="module")
 def arm3():
-    robot = robots.load(DATA / "arm3.xml")
-    return robot, robot.system(), jax.jit(robot.system().acceleration)
+    return loaded("arm3.xml")
 
 
 # ---------------------------------------------------------------------------------------------- mapping
@@ -97,15 +106,19 @@ def test_names_and_structure():
 @pytest.mark.parametrize("name", ["arm3.xml", "arm2.urdf"])
 def test_unconstrained_dynamics_match_mujoco(name):
     """M (armature included), the bias force C and unconstrained q̈ (damping included) at 3 random states."""
-    robot = robots.load(DATA / name)
-    system = robot.system()
+    robot, system, acceleration = loaded(name)
     model = mujoco_model(name)
-    bias = jax.jit(lambda q, qd, p: robot.tree.bias_force(q, qd, robot.bodies(p), robot.gravity(p)))
-    acceleration = jax.jit(system.acceleration)
+    mass_and_bias = jax.jit(
+        lambda q, qd, p: (
+            system.mass(q, 0.0, p),
+            robot.tree.bias_force(q, qd, robot.bodies(p), robot.gravity(p)),
+        )
+    )
     for q, qd in random_states(robot, 3, seed=1):
         data = mujoco_state(model, q, qd)
-        assert relative_error(system.mass(q, 0.0, robot.params), full_mass(model, data)) < RTOL
-        assert relative_error(bias(q, qd, robot.params), data.qfrc_bias) < RTOL
+        mass, bias = mass_and_bias(q, qd, robot.params)
+        assert relative_error(mass, full_mass(model, data)) < RTOL
+        assert relative_error(bias, data.qfrc_bias) < RTOL
         assert relative_error(acceleration(q, qd, 0.0, robot.params), data.qacc) < RTOL
 
 
@@ -113,17 +126,20 @@ def test_frames_and_sites_match_mujoco(arm3):
     """World poses of every body (fused ones too) and site: MuJoCo's xpos/xmat and site_xpos/site_xmat."""
     robot, _, _ = arm3
     model = mujoco_model("arm3.xml")
-    poses = jax.jit(
-        lambda q, p: [robot.frame(name)(q, p) for name in (*robot.frame_names, *robot.site_names)]
+    poses_and_tip = jax.jit(
+        lambda q, p: (
+            [robot.frame(name)(q, p) for name in (*robot.frame_names, *robot.site_names)],
+            robot.point("tip", [0.0, 0.1, 0.0])(q, p),
+        )
     )
     for q, qd in random_states(robot, 2, seed=2):
         data = mujoco_state(model, q, qd)
         expected = [(data.xmat[b].reshape(3, 3), data.xpos[b]) for b in range(model.nbody)]
         expected += [(data.site_xmat[s].reshape(3, 3), data.site_xpos[s]) for s in range(model.nsite)]
-        for (R, p), (R_ref, p_ref) in zip(poses(q, robot.params), expected, strict=True):
+        poses, tip = poses_and_tip(q, robot.params)
+        for (R, p), (R_ref, p_ref) in zip(poses, expected, strict=True):
             np.testing.assert_allclose(R, R_ref, atol=1e-12)
             np.testing.assert_allclose(p, p_ref, atol=1e-12)
-        tip = robot.point("tip", [0.0, 0.1, 0.0])(q, robot.params)
         np.testing.assert_allclose(
             tip, data.site_xpos[1] + data.site_xmat[1].reshape(3, 3)[:, 1] * 0.1, atol=1e-12
         )
@@ -149,10 +165,8 @@ def point_jacobians(model, data, body, point):
 def test_four_bar_constrained_acceleration_matches_kkt():
     """The connect loop as an exact constraint: q̈ equals the KKT solution from MuJoCo's M, mj_jac and
     mj_jacDot of the two coinciding points, at random (not necessarily closed) states."""
-    robot = robots.load(DATA / "four_bar.xml")
-    system = robot.system()
+    robot, _, acceleration = loaded("four_bar.xml")
     model = mujoco_model("four_bar.xml")
-    acceleration = jax.jit(system.acceleration)
     coupler, rocker = (mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in ("coupler", "rocker"))
     for q, qd in random_states(robot, 3, seed=3):
         data = mujoco_state(model, q, qd)
@@ -170,10 +184,8 @@ def test_weld_and_joint_equality_match_kkt():
     consistent velocities (the weld's orientation rows, the skew part of R₂ᵀR₁R_rel, are a nonlinear
     function of the orientation error whose acceleration rows agree with the relative angular acceleration
     where the relative angular velocity vanishes)."""
-    robot = robots.load(DATA / "weld.xml")
-    system = robot.system()
+    robot, _, acceleration = loaded("weld.xml")
     model = mujoco_model("weld.xml")
-    acceleration = jax.jit(system.acceleration)
     upper, platform = (mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in ("upper", "platform"))
     c1, c2 = model.eq_data[1, 1:3]  # q_a2 = c1 q_a1 + c2 q_a1²
     for q, qd in random_states(robot, 3, seed=4, scale=0.3):
@@ -198,13 +210,16 @@ def test_equality_residuals_match_mujoco():
     """φ of every equality row against MuJoCo's efc_pos at random configurations: connect and weld
     positions and the joint equality equal; the weld's orientation rows are 2w·v where MuJoCo's are v
     (the error quaternion (w, v), torque scale 1)."""
+    residuals = {}
     for name in ("four_bar.xml", "weld.xml"):
-        robot = robots.load(DATA / name)
+        robot, _, _ = loaded(name)
         model = mujoco_model(name, constraints=True)
         constraints = robot.equality_constraints()
+        values = jax.jit(lambda q, p, constraints=constraints: [c.value(q, 0.0, p) for c in constraints])
+        residuals[name] = values
         for q, qd in random_states(robot, 2, seed=5, scale=0.3):
             data = mujoco_state(model, q, qd)
-            ours = np.concatenate([c.value(jnp.asarray(q), 0.0, robot.params) for c in constraints])
+            ours = np.concatenate(values(jnp.asarray(q), robot.params))
             theirs = np.array(data.efc_pos)
             if name == "weld.xml":
                 v = theirs[3:6]
@@ -212,15 +227,16 @@ def test_equality_residuals_match_mujoco():
             np.testing.assert_allclose(ours, theirs, atol=1e-12)
     # the compiled configuration closes the four-bar's loop (connect's second anchor is computed there);
     # weld.xml's relpose deliberately differs from it, so its residual above shows relpose is honoured
-    robot = robots.load(DATA / "four_bar.xml")
-    (loop,) = robot.equality_constraints()
-    np.testing.assert_allclose(loop.value(jnp.zeros(3), 0.0, robot.params), 0.0, atol=1e-15)
+    robot, _, _ = loaded("four_bar.xml")
+    assert len(robot.equality_constraints()) == 1  # the loop
+    (closed,) = residuals["four_bar.xml"](jnp.zeros(3), robot.params)
+    np.testing.assert_allclose(closed, 0.0, atol=1e-15)
 
 
 def test_four_bar_simulation_stays_closed():
     """1 s of the four-bar falling under gravity from a consistent start, the loop Baumgarte-stabilized:
     the connect points stay together (Tsit5 at 2 ms, gains α = β = 20 1/s; measured |φ| ~1e-9 m)."""
-    robot = robots.load(DATA / "four_bar.xml")
+    robot, _, _ = loaded("four_bar.xml")
     stabilized = ukjax.Baumgarte(gains=lambda p: (p["alpha"], p["beta"]))
     system = robot.system(baumgarte=stabilized)
     params = {**robot.params, "alpha": jnp.asarray(20.0), "beta": jnp.asarray(20.0)}
@@ -245,7 +261,7 @@ def test_gradient_with_respect_to_a_mass_matches_finite_differences(arm3):
         return acceleration(q, qd, 0.0, params)[0]
 
     m, h = robot.params["mass"][1], 1e-5
-    gradient = jax.grad(shoulder_acceleration)(m)
+    gradient = jax.jit(jax.grad(shoulder_acceleration))(m)
     difference = (shoulder_acceleration(m + h) - shoulder_acceleration(m - h)) / (2 * h)
     assert abs(float(gradient)) > 1e-3
     np.testing.assert_allclose(gradient, difference, rtol=1e-6)
@@ -318,16 +334,25 @@ def test_ball_and_free_joints_match_mujoco():
     mujoco.mj_integratePos(model, data.qpos, rng.uniform(-1, 1, model.nv), 1.0)
     data.qvel[:] = rng.uniform(-1, 1, model.nv)
     mujoco.mj_forward(model, data)
-    q, qd, bodies = jnp.asarray(data.qpos), jnp.asarray(data.qvel), robot.bodies(robot.params)
-    assert relative_error(robot.tree.mass_matrix(q, bodies), full_mass(model, data)) < RTOL
-    assert (
-        relative_error(robot.tree.bias_force(q, qd, bodies, robot.params["gravity"]), data.qfrc_bias) < RTOL
-    )
+    q, qd = jnp.asarray(data.qpos), jnp.asarray(data.qvel)
     system = robot.system()
+
+    @jax.jit
+    def tree_terms(q, qd, p):
+        bodies = robot.bodies(p)
+        return (
+            robot.tree.mass_matrix(q, bodies),
+            robot.tree.bias_force(q, qd, bodies, p["gravity"]),
+            system.acceleration(q, qd, 0.0, p),
+        )
+
+    mass, bias, acceleration = tree_terms(q, qd, robot.params)
+    assert relative_error(mass, full_mass(model, data)) < RTOL
+    assert relative_error(bias, data.qfrc_bias) < RTOL
     assert (system.nq, system.n) == (model.nq, model.nv) == (11, 9)
     names = system.coordinate_names
     assert names[:3] == ("free:vx", "free:vy", "free:vz") and names[-1] == "ball:wz"
-    assert relative_error(system.acceleration(q, qd, 0.0, robot.params), data.qacc) < RTOL
+    assert relative_error(acceleration, data.qacc) < RTOL
 
 
 @pytest.mark.slow

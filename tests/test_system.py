@@ -195,8 +195,9 @@ def test_double_pendulum_lagrangian_matches_hand_mass_and_force():
     m1, m2 = p["m"]
     l1, l2 = p["l"]
     g = p["g"]
-    mq = jax.jit(lambda q, qd: (JOINT2.mass_matrix(q, T0, p), JOINT2.given_force(q, qd, T0, p)))
-    for q, qd in zip(*_random_states(2, 3, seed=3), strict=True):
+
+    @jax.jit
+    def both(q, qd):  # the system's M, Q and energy, and the hand-written forms: one compiled call
         c, s = jnp.cos(q[0] - q[1]), jnp.sin(q[0] - q[1])
         M_hand = jnp.asarray([[(m1 + m2) * l1**2, m2 * l1 * l2 * c], [m2 * l1 * l2 * c, m2 * l2**2]])
         Q_hand = jnp.stack(
@@ -205,11 +206,13 @@ def test_double_pendulum_lagrangian_matches_hand_mass_and_force():
                 m2 * l1 * l2 * s * qd[0] ** 2 - m2 * g * l2 * jnp.sin(q[1]),
             ]
         )
-        assert_tree_allclose(mq(q, qd), (M_hand, Q_hand), rtol=1e-12, atol=1e-12)
-        E = JOINT2.energy(q, qd, T0, p)
-        assert_tree_allclose(
-            E, _chain_kinetic(q, qd, T0, p) + _chain_potential(q, T0, p), rtol=1e-12, atol=1e-12
-        )
+        ours = (JOINT2.mass_matrix(q, T0, p), JOINT2.given_force(q, qd, T0, p), JOINT2.energy(q, qd, T0, p))
+        return ours, (M_hand, Q_hand, _chain_kinetic(q, qd, T0, p) + _chain_potential(q, T0, p))
+
+    for q, qd in zip(*_random_states(2, 3, seed=3), strict=True):
+        (M, Q, E), (M_hand, Q_hand, E_hand) = both(q, qd)
+        assert_tree_allclose((M, Q), (M_hand, Q_hand), rtol=1e-12, atol=1e-12)
+        assert_tree_allclose(E, E_hand, rtol=1e-12, atol=1e-12)
 
 
 def _bead_kinetic(q, qd, t, p):
@@ -229,14 +232,18 @@ def test_rheonomic_bead_lagrangian_matches_newton():
     - m g sin ωt, M = m."""
     p = {k: jnp.asarray(v) for k, v in dict(m=0.8, g=9.81, omega=1.7, h=0.3, nu=2.9).items()}
     bead = System.from_lagrangian(_bead_kinetic, _bead_potential, 1)
-    mq = jax.jit(lambda q, qd, t: (bead.mass_matrix(q, t, p), bead.given_force(q, qd, t, p)))
-    for r, r_dot, t in [(0.5, -0.2, 0.1), (1.3, 0.7, 1.9), (-0.4, 2.0, 4.2)]:
-        q, qd, t = jnp.asarray([r]), jnp.asarray([r_dot]), jnp.asarray(t)
-        w, nu = p["omega"], p["nu"]
+
+    @jax.jit
+    def both(q, qd, t):  # the system's M and Q, and Newton's: one compiled call
+        w, nu, r = p["omega"], p["nu"], q[0]
         Q_hand = p["m"] * (
             r * w**2 + p["h"] * nu**2 * jnp.sin(nu * t) * jnp.sin(w * t) - p["g"] * jnp.sin(w * t)
         )
-        assert_tree_allclose(mq(q, qd, t), (p["m"] * jnp.eye(1), Q_hand[None]), rtol=1e-12, atol=1e-12)
+        return (bead.mass_matrix(q, t, p), bead.given_force(q, qd, t, p)), (p["m"] * jnp.eye(1), Q_hand[None])
+
+    for r, r_dot, t in [(0.5, -0.2, 0.1), (1.3, 0.7, 1.9), (-0.4, 2.0, 4.2)]:
+        ours, hand = both(jnp.asarray([r]), jnp.asarray([r_dot]), jnp.asarray(t))
+        assert_tree_allclose(ours, hand, rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------------ composition
@@ -250,7 +257,7 @@ def _chain_case(N):
     ideal = _nested_params(flat)
     q_rand, qd_rand = _random_states(2 * N, 2, seed=10 + N)
     thetas, theta_dots = _random_states(N, 2, seed=20 + N)
-    q_on, qd_on = jax.vmap(_consistent_state, in_axes=(0, 0, None))(thetas, theta_dots, flat)
+    q_on, qd_on = jax.jit(jax.vmap(_consistent_state, in_axes=(0, 0, None)))(thetas, theta_dots, flat)
     qs, qds = jnp.concatenate([q_rand, q_on]), jnp.concatenate([qd_rand, qd_on])
     solve = jax.jit(
         jax.vmap(
@@ -261,18 +268,17 @@ def _chain_case(N):
     )
     # The recursive solver (slow to compile) runs on the three-level system only.
     solvers = ("uk", "recursive") if N == 3 else ("uk",)
-    return dict(
+    arrays = dict(  # as NumPy arrays: the tests index them, which op by op would compile a program per slice
         composed=_evaluate(composed, qs, qds, T0, nested, solvers=solvers),
         composed_ideal=_evaluate(composed, qs, qds, T0, ideal, solvers=solvers),
         direct=_evaluate(direct, qs, qds, T0, flat, solvers=()),
-        solvers=solvers,
         qs=qs,
         qds=qds,
-        flat=flat,
         thetas=thetas,
         theta_dots=theta_dots,
         theta_ddots=solve(thetas, theta_dots),
     )
+    return dict(jax.tree_util.tree_map(np.asarray, arrays), solvers=solvers, flat=flat)
 
 
 @pytest.mark.parametrize("N", [2, 3])
@@ -285,7 +291,7 @@ def test_composed_chain_equals_direct_chain(N):
     for key in ("A", "b", "M", "Q", "residuals"):
         assert_tree_allclose(composed[key], direct[key], **TOL, msg=key)
     qds = case["qds"]
-    c_hand = jnp.concatenate([-0.4 * qds[:, :2], jnp.zeros((4, 2 * N - 2))], axis=1)
+    c_hand = np.concatenate([-0.4 * qds[:, :2], np.zeros((4, 2 * N - 2))], axis=1)
     assert_tree_allclose(composed["c"], c_hand, **TOL)
     for i in range(4):
         F = direct["Q"][i] + c_hand[i]
@@ -306,10 +312,14 @@ def test_composed_chain_equals_joint_coordinate_lagrangian(N):
     case = _chain_case(N)
     ideal = case["composed_ideal"]
     position, velocity = ideal["residuals"]
-    assert_tree_allclose((position[2:], velocity[2:]), (jnp.zeros((2, N)), jnp.zeros((2, N))), atol=1e-12)
+    assert_tree_allclose((position[2:], velocity[2:]), (np.zeros((2, N)), np.zeros((2, N))), atol=1e-12)
+    expected_all = np.asarray(
+        jax.jit(jax.vmap(_cartesian_acceleration, in_axes=(0, 0, 0, None)))(
+            case["thetas"], case["theta_dots"], case["theta_ddots"], case["flat"]
+        )
+    )
     for i in range(2):
-        th, thd, thdd = case["thetas"][i], case["theta_dots"][i], case["theta_ddots"][i]
-        expected = _cartesian_acceleration(th, thd, thdd, case["flat"])
+        expected = expected_all[i]
         for solver in case["solvers"]:
             assert_tree_allclose(ideal[solver][2 + i], expected, **TOL, msg=solver)
         qd, qdd = case["qds"][2 + i], ideal["uk"][2 + i]
@@ -352,18 +362,37 @@ def test_actuation_and_servo_constraints_are_inherited():
 
 
 # ------------------------------------------------------------------ no constraints
-@pytest.mark.parametrize("method", ["cholesky", "svd", "greville", "householder", "mgs", "varga"])
-def test_unconstrained_system_all_methods(method):
-    """A of shape (0, n): q̈ = M⁻¹(Q + c) whatever the method or solver."""
+UNCONSTRAINED_METHODS = ("cholesky", "svd", "greville", "householder", "mgs", "varga")
+
+
+@functools.cache
+def _unconstrained():
+    """A, b, the residuals and q̈ by every method and solver of the damped particle, in one compiled call
+    shared by the parametrized test below."""
     p = {"m": jnp.asarray(2.0), "g": jnp.asarray(9.81), "mu": jnp.asarray(0.5)}
     system = dataclasses.replace(PARTICLE, nonideal=lambda q, qd, t, p: -p["mu"] * qd)
-    q, qd = jnp.asarray([0.3, -0.1]), jnp.asarray([1.0, 2.0])
-    A, b = system.constraint_equations(q, qd, T0, p)
+
+    @jax.jit
+    def everything(q, qd):
+        qdd = {
+            (method, solver): system.acceleration(q, qd, T0, p, method=method, solver=solver)
+            for method in UNCONSTRAINED_METHODS
+            for solver in ("uk", "recursive")
+        }
+        return system.constraint_equations(q, qd, T0, p), system.residuals(q, qd, T0, p), qdd
+
+    return everything(jnp.asarray([0.3, -0.1]), jnp.asarray([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("method", UNCONSTRAINED_METHODS)
+def test_unconstrained_system_all_methods(method):
+    """A of shape (0, n): q̈ = M⁻¹(Q + c) whatever the method or solver."""
+    (A, b), residuals, qdd = _unconstrained()
     assert A.shape == (0, 2) and b.shape == (0,)
-    assert all(r.shape == (0,) for r in system.residuals(q, qd, T0, p))
+    assert all(r.shape == (0,) for r in residuals)
     expected = jnp.asarray([-0.25 * 1.0, -9.81 - 0.25 * 2.0])
     for solver in ("uk", "recursive"):
-        assert_tree_allclose(system.acceleration(q, qd, T0, p, method=method, solver=solver), expected, **TOL)
+        assert_tree_allclose(qdd[method, solver], expected, **TOL)
 
 
 # ------------------------------------------------------------------ transformations

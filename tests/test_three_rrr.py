@@ -37,11 +37,13 @@ STATES = _states(3, seed=0)
 
 
 def _row_owner(system):
-    """Name of the constraint owning each row of the stacked A, in constraint order."""
-    A, _ = system.constraint_equations(*[x[0] for x in STATES], T, PARAMS)
+    """Name of the constraint owning each row of the stacked A, in constraint order (from the shapes alone:
+    jax.eval_shape traces, compiles nothing)."""
+    q, qd = STATES[0][0], STATES[1][0]
+    A, _ = jax.eval_shape(lambda q, qd: system.constraint_equations(q, qd, T, PARAMS), q, qd)
     names = []
     for c in system.constraints:
-        A_k, _ = c.second_order(STATES[0][0], STATES[1][0], T, PARAMS)
+        A_k, _ = jax.eval_shape(lambda q, qd, c=c: c.second_order(q, qd, T, PARAMS), q, qd)
         names += [c.name] * A_k.shape[0]
     assert len(names) == A.shape[0]
     return names
@@ -61,7 +63,9 @@ def test_hierarchy_has_three_levels_of_ten_modules():
     # one group per leg at levels 1-2 (each keeps its own clearance parameters), one group at level 3
     assert [len(level.groups) for level in CLEARANCE.hierarchy] == [3, 3, 1]
     q, qd = STATES[0][0], STATES[1][0]
-    blocks, covariances = RIGID.level_blocks(RIGID.constraint_blocks(q, qd, T, PARAMS), PARAMS, q.dtype)
+    blocks, covariances = jax.eval_shape(  # shapes and the absent covariances: traced, nothing compiled
+        lambda q, qd: RIGID.level_blocks(RIGID.constraint_blocks(q, qd, T, PARAMS), PARAMS, q.dtype), q, qd
+    )
     assert [A.shape[0] for A, _ in blocks] == [6, 9, 6] and covariances == [None, None, None]
     # the three legs are one definition: same constraint functions, different parameters
     legs = [model.leg() for _ in model.LEGS]
@@ -71,10 +75,8 @@ def test_hierarchy_has_three_levels_of_ten_modules():
 def test_mass_is_block_diagonal_and_constraints_touch_only_the_modules_they_join():
     """Seed 003 §2: M block diagonal by the ten modules; a row of level 1 touches one module, of level 2 the
     modules of one leg, of level 3 one bar element and the platform."""
-    q, qd = STATES[0][0], STATES[1][0]
-    M = np.asarray(RIGID.mass_matrix(q, T, PARAMS))
-    A, _ = RIGID.constraint_equations(q, qd, T, PARAMS)
-    A = np.asarray(A)
+    out = _rigid_outputs(*STATES)  # at (STATES[0][0], STATES[1][0]): the program of the KKT test below
+    M, A = np.asarray(out["M"][0]), np.asarray(out["A"][0])
     slices = model.module_slices()
     owner = np.empty(24, dtype=object)
     for name, sl in slices.items():
@@ -97,12 +99,18 @@ def test_prescribed_trajectory_is_away_from_singularities():
     """Both measures (0 at a singularity) stay large along one period; the inverse kinematics closes every
     constraint and the servo constraint exactly."""
     ts = jnp.linspace(0.0, 1.0, 41)
-    poses = jax.vmap(model.trajectory, in_axes=(0, None))(ts, PARAMS)
-    serial, parallel = jax.jit(jax.vmap(model.singularity_measures, in_axes=(0, None)))(poses, PARAMS)
+
+    @jax.jit
+    def along(ts):  # one compiled call
+        poses = jax.vmap(model.trajectory, in_axes=(0, None))(ts, PARAMS)
+        measures = jax.vmap(model.singularity_measures, in_axes=(0, None))(poses, PARAMS)
+        q, qd, _ = jax.vmap(model.reference_state, in_axes=(0, None))(ts[:5], PARAMS)
+        residuals = jax.vmap(lambda q_, qd_, t_: RIGID.residuals(q_, qd_, t_, PARAMS))(q, qd, ts[:5])
+        servo = jax.vmap(lambda q_, qd_, t_: model.SERVO.residuals(q_, qd_, t_, PARAMS))(q, qd, ts[:5])
+        return measures, residuals, servo
+
+    (serial, parallel), residuals, servo = along(ts)
     assert float(jnp.min(serial)) > 0.8 and float(jnp.min(parallel)) > 0.5
-    q, qd, _ = jax.vmap(model.reference_state, in_axes=(0, None))(ts[:5], PARAMS)
-    residuals = jax.vmap(lambda q_, qd_, t_: RIGID.residuals(q_, qd_, t_, PARAMS))(q, qd, ts[:5])
-    servo = jax.vmap(lambda q_, qd_, t_: model.SERVO.residuals(q_, qd_, t_, PARAMS))(q, qd, ts[:5])
     assert_tree_allclose(
         (residuals, servo), jax.tree_util.tree_map(jnp.zeros_like, (residuals, servo)), atol=1e-14
     )
@@ -206,7 +214,10 @@ def test_clearance_gradient_matches_finite_differences():
     1e-2: truncation ~1e-12 f''', round-off ~1e-16 |f| / 1e-6; tolerance 1e-6 relative)."""
     q, qd = STATES[0][2], STATES[1][2]
     w = jnp.asarray(np.random.default_rng(3).normal(size=24))
-    f = jax.jit(lambda v: w @ _clearance_outputs(v, q, qd)["recursive"])
+
+    def f(v):  # through the compiled _clearance_outputs (the same shapes as above): no program of its own
+        return w @ _clearance_outputs(v, q, qd)["recursive"]
+
     grad = jax.jit(jax.grad(lambda v: w @ _clearance_outputs(v, q, qd)["recursive"]))(SIGMA2)
     assert float(jnp.max(jnp.abs(grad))) > 1e-3  # not trivially zero
     for k in (0, 4, 8):
@@ -355,8 +366,12 @@ def test_simulate_recursive_levels_and_clearance():
     assert int(soft.status) == ukjax.RESULTS.constraint_violated
     assert float(soft.max_position_residual) > 1e-4 > float(recursive.max_position_residual)
     q, qd, t = soft.q[-1], soft.qd[-1], soft.ts[-1]
-    lam = BOBS.multipliers(q, qd, t, {**BOB_PARAMS, "r": r})
-    A, _ = BOBS.constraint_equations(q, qd, t, BOB_PARAMS)
+    lam, (A, _) = jax.jit(
+        lambda q, qd, t: (
+            BOBS.multipliers(q, qd, t, {**BOB_PARAMS, "r": r}),
+            BOBS.constraint_equations(q, qd, t, BOB_PARAMS),
+        )
+    )(q, qd, t)
     assert_tree_allclose(soft.constraint_force.total[-1], A.T @ jnp.concatenate(lam), rtol=1e-8, atol=1e-8)
 
 

@@ -128,8 +128,9 @@ def test_risk_measures_ignore_failed_entries_in_value_and_gradient(risk):
     # in the gradient (∂risk/∂L_i) is exactly zero, so the pullback's 0 · NaN never reaches the sum.
     losses = jnp.asarray([3.0, jnp.nan, 7.0, 2.0])
     ok = jnp.asarray([True, False, True, True])
-    value, weights = jax.value_and_grad(lambda L: risk(L, ok))(losses)
-    ref_value, ref_weights = jax.value_and_grad(lambda L: risk(L, jnp.ones(3, bool)))(losses[ok])
+    value_and_weights = jax.jit(jax.value_and_grad(risk))  # one program per shape (4 and 3 entries)
+    value, weights = value_and_weights(losses, ok)
+    ref_value, ref_weights = value_and_weights(losses[np.asarray(ok)], jnp.ones(3, bool))
     assert float(value) == pytest.approx(float(ref_value), rel=1e-14)
     assert float(weights[1]) == 0.0
     np.testing.assert_allclose(np.asarray(weights)[np.asarray(ok)], np.asarray(ref_weights), rtol=1e-14)
@@ -139,20 +140,35 @@ def test_risk_measures_against_numpy():
     losses = jnp.asarray([3.0, 1.0, np.nan, 7.0, 2.0, 5.0])
     ok = jnp.asarray([True, True, False, True, True, True])
     good = np.array([3.0, 1.0, 7.0, 2.0, 5.0])
-    assert float(tune.Mean()(losses, ok)) == pytest.approx(good.mean(), rel=1e-15)
+    v = jnp.asarray([0.5, 2.0, 1.0, 1.9])
+
+    @jax.jit
+    def values(losses, ok, v):  # every value below in one compiled call
+        return dict(
+            mean=tune.Mean()(losses, ok),
+            cvar=tune.CVaR(0.6)(losses, ok),
+            soft=tune.SmoothWorst(4.0)(losses, ok),
+            none_ok=tune.Mean()(losses, jnp.zeros(6, bool)),
+            v_mean=jnp.mean(v),
+            v_max=tune.smooth_max(v),
+            v3_max=tune.smooth_max(3.0 * v),
+            v_max400=tune.smooth_max(v, power=400.0),
+        )
+
+    out = {k: float(x) for k, x in values(losses, ok, v).items()}
+    assert out["mean"] == pytest.approx(good.mean(), rel=1e-15)
     # CVaR at level 0.6: the worst ceil(0.4 * 5) = 2 of the 5 successful values
-    assert float(tune.CVaR(0.6)(losses, ok)) == pytest.approx((7.0 + 5.0) / 2, rel=1e-15)
+    assert out["cvar"] == pytest.approx((7.0 + 5.0) / 2, rel=1e-15)
     tau = good.mean() / 4.0
     expected = tau * np.log(np.mean(np.exp(good / tau)))
-    soft = float(tune.SmoothWorst(4.0)(losses, ok))
+    soft = out["soft"]
     assert soft == pytest.approx(expected, rel=1e-12)
     assert good.mean() < soft < good.max()
-    assert np.isnan(float(tune.Mean()(losses, jnp.zeros(6, bool))))
+    assert np.isnan(out["none_ok"])
     # smooth maximum: between mean and max, scale-free, tends to the max
-    v = jnp.asarray([0.5, 2.0, 1.0, 1.9])
-    assert float(jnp.mean(v)) < float(tune.smooth_max(v)) < 2.0
-    assert float(tune.smooth_max(3.0 * v)) == pytest.approx(3.0 * float(tune.smooth_max(v)), rel=1e-14)
-    assert float(tune.smooth_max(v, power=400.0)) == pytest.approx(2.0, rel=5e-3)
+    assert out["v_mean"] < out["v_max"] < 2.0
+    assert out["v3_max"] == pytest.approx(3.0 * out["v_max"], rel=1e-14)
+    assert out["v_max400"] == pytest.approx(2.0, rel=5e-3)
 
 
 def test_parametrization_positivity_bounds_sharing_and_errors():
@@ -171,16 +187,27 @@ def test_parametrization_positivity_bounds_sharing_and_errors():
     )
     theta = space.init()
     assert theta["arm/g"].shape == ()  # shared: one number
-    assert_tree_allclose(space.params(theta), p, rtol=1e-14, atol=1e-14)  # round trip
-    # any θ maps to positive / in-bounds values; projection enforces the log box after a huge step
     wild = {"a": jnp.asarray(-40.0), "arm/k": jnp.asarray([-50.0, 50.0]), "arm/g": jnp.asarray(60.0)}
-    values = space.values(space.project(wild))
+
+    @jax.jit
+    def mapped(theta, wild):  # the maps below in one compiled call
+        return dict(
+            params=space.params(theta),
+            values=space.values(space.project(wild)),
+            wild=space.params(wild),
+            g=jax.grad(lambda th: space.params(th)["arm"]["k"].sum())(theta),
+        )
+
+    out = mapped(theta, wild)
+    assert_tree_allclose(out["params"], p, rtol=1e-14, atol=1e-14)  # round trip
+    # any θ maps to positive / in-bounds values; projection enforces the log box after a huge step
+    values = out["values"]
     assert float(values["a"]) > 0
     np.testing.assert_allclose(np.asarray(values["arm/k"]), [0.5, 5.0], rtol=1e-14)
     assert np.all((np.asarray(values["arm/g"]) > 1.0) & (np.asarray(values["arm/g"]) <= 4.0))
-    assert float(space.params(wild)["fixed"]) == 9.0
+    assert float(out["wild"]["fixed"]) == 9.0
     # gradients flow through the transforms (d exp θ / dθ = exp θ)
-    g = jax.grad(lambda th: space.params(th)["arm"]["k"].sum())(theta)
+    g = out["g"]
     np.testing.assert_allclose(np.asarray(g["arm/k"]), [1.0, 4.0], rtol=1e-14)
     # a mask pytree tunes the leaves marked True with the default (log) transform
     mask = {"a": True, "arm": {"k": False, "g": False}, "fixed": False}
@@ -315,26 +342,37 @@ def test_objective_terms_against_closed_forms():
     from ukjax.simulation import simulate_batch
 
     sol = simulate_batch(SYSTEM, batch.q0, batch.qd0, BASE, **FIXED)
-    one = jax.tree_util.tree_map(lambda x: x[0], sol)
-    ts, u = np.asarray(one.ts), np.asarray(one.u)
-    phi = np.asarray(one.q[:, 1] - one.q[:, 0] - 2.0 * BASE["l"])
+    ts, u = np.asarray(sol.ts[0]), np.asarray(sol.u[0])
+    q, qd = np.asarray(sol.q[0]), np.asarray(sol.qd[0])
+    phi = q[:, 1] - q[:, 0] - 2.0 * float(BASE["l"])
     trap = lambda y: float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(ts)))
-    assert float(tune.servo_tracking()(SYSTEM, one, BASE)) == pytest.approx(trap(phi**2), rel=1e-12)
-    assert float(tune.control_effort()(SYSTEM, one, BASE)) == pytest.approx(trap(np.sum(u**2, 1)), rel=1e-12)
     limit = 0.5 * np.abs(u).max()
-    excess = np.maximum(np.abs(u) - limit, 0.0)
-    assert float(tune.actuator_limit(limit)(SYSTEM, one, BASE)) == pytest.approx(trap(np.sum(excess**2, 1)))
-    assert float(tune.actuator_limit(2 * np.abs(u).max())(SYSTEM, one, BASE)) == 0.0
-    assert float(tune.terminal_violation()(SYSTEM, one, BASE)) == pytest.approx(
-        phi[-1] ** 2 + float(one.qd[-1, 1] - one.qd[-1, 0]) ** 2, rel=1e-10
-    )
     custom = tune.custom(lambda s, p: s.q[-1, 0] * p["m1"], name="x1_end")
     objective = custom + 2.0 * tune.control_effort()
-    assert float(objective(SYSTEM, one, BASE)) == pytest.approx(
-        float(one.q[-1, 0]) + 2.0 * trap(np.sum(u**2, 1)), rel=1e-12
-    )
     reweighted = objective.with_weights(control_effort=0.0)
-    assert float(reweighted(SYSTEM, one, BASE)) == pytest.approx(float(one.q[-1, 0]), rel=1e-14)
+
+    @jax.jit
+    def terms(sol, limits):  # every term on the first scenario, in one compiled call
+        one = jax.tree_util.tree_map(lambda x: x[0], sol)
+        return dict(
+            servo=tune.servo_tracking()(SYSTEM, one, BASE),
+            effort=tune.control_effort()(SYSTEM, one, BASE),
+            limit=tune.actuator_limit(limits[0])(SYSTEM, one, BASE),
+            no_limit=tune.actuator_limit(limits[1])(SYSTEM, one, BASE),
+            terminal=tune.terminal_violation()(SYSTEM, one, BASE),
+            objective=objective(SYSTEM, one, BASE),
+            reweighted=reweighted(SYSTEM, one, BASE),
+        )
+
+    out = {k: float(x) for k, x in terms(sol, jnp.asarray([limit, 2 * np.abs(u).max()])).items()}
+    assert out["servo"] == pytest.approx(trap(phi**2), rel=1e-12)
+    assert out["effort"] == pytest.approx(trap(np.sum(u**2, 1)), rel=1e-12)
+    excess = np.maximum(np.abs(u) - limit, 0.0)
+    assert out["limit"] == pytest.approx(trap(np.sum(excess**2, 1)))
+    assert out["no_limit"] == 0.0
+    assert out["terminal"] == pytest.approx(phi[-1] ** 2 + float(qd[-1, 1] - qd[-1, 0]) ** 2, rel=1e-10)
+    assert out["objective"] == pytest.approx(float(q[-1, 0]) + 2.0 * trap(np.sum(u**2, 1)), rel=1e-12)
+    assert out["reweighted"] == pytest.approx(float(q[-1, 0]), rel=1e-14)
     with pytest.raises(ValueError, match="distinct"):
         _ = tune.control_effort() + tune.control_effort()
 
