@@ -1,15 +1,14 @@
 """Test configuration: float64 and strict dtype promotion, as for every accuracy claim ukjax makes.
 
-The suite runs in one process. Three full runs aborted inside XLA ~460 tests in (compiling, or writing the
-3RRR test's program to JAX's persistent compilation cache); each file alone passed. The process's count of
-memory maps was growing towards the kernel's limit (``vm.max_map_count``, 65530): ~14,700 within one test
-module, falling back after ``jax.clear_caches()``. So every test module's compiled programs are released when
-it ends (the fixture below). The persistent cache stays off for the suite: tests that call the ``ukjax``
-command in-process would turn it on (``ukjax.cli.main`` does, as the command should), and a run with it on,
-in a fresh folder, was 1035 s against 1129 s without (one run each, load ~1.5), and one folder shared by both
-workers with the compiler flags below 554 s against 542 s: too small a gain to bring back the code path of
-the first aborts. The cache itself is tested in a subprocess
-(``tests/test_compile_and_gradient.py``), which this file does not affect.
+The suite's programs are released when each test module ends (``jax.clear_caches()``, the fixture below):
+earlier, three full runs aborted inside XLA ~460 tests in, with the process's memory maps growing towards
+``vm.max_map_count`` (~14,700 within one module). With jax 0.10.2 and the modules' programs released, a
+process holds at most 3,440 maps (median 1,900; measured per module by the profile below), and one persistent
+compilation cache shared by both workers, every module and the ``ukjax`` subprocesses (below) ran the whole
+suite and three heavy modules (3RRR, command line, studies) in one process without an abort. It reads back
+2,801 of the suite's 5,663 compilations and saved 6 % of its CPU time: 1101 s wall / 2041 CPU-s against 1175 s
+/ 2175 CPU-s without it (same tree, one run each, load ~2.7 from the suite itself). The cache itself is tested
+in a subprocess with its own folder (``tests/test_compile_and_gradient.py``).
 """
 
 import os
@@ -32,14 +31,27 @@ import pytest  # noqa: E402
 
 import ukjax._config  # noqa: E402
 
-os.environ["UKJAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ukjax-test-xla-")
+# One persistent compilation cache for the whole run: a fresh folder, made by the first process that loads
+# this file (pytest's main process, whose environment the xdist workers and the command-line subprocesses
+# inherit), so a program compiled by one test module, worker or ``ukjax`` subprocess is read back by the
+# others instead of compiled again (``jax.clear_caches()`` below releases each module's programs from memory).
+# Every program is written, however fast it compiled. ``UKJAX_SUITE_CACHE=off`` runs without it; ``=DIR`` uses
+# DIR.
+if "UKJAX_SUITE_CACHE" not in os.environ:
+    os.environ["UKJAX_SUITE_CACHE"] = tempfile.mkdtemp(prefix="ukjax-test-xla-")
+SUITE_CACHE = os.environ["UKJAX_SUITE_CACHE"]
+if SUITE_CACHE != "off":
+    jax.config.update("jax_compilation_cache_dir", SUITE_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# The ``ukjax`` command turns the cache on (``ukjax.cli.main``): in-process it keeps the suite's setting, in a
+# subprocess it uses the suite's folder, never the user's ~/.cache/ukjax/xla.
+os.environ["UKJAX_CACHE_DIR"] = (
+    SUITE_CACHE if SUITE_CACHE != "off" else tempfile.mkdtemp(prefix="ukjax-test-xla-")
+)
 ukjax._config.enable_compilation_cache = lambda path=None: None
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
-if os.environ.get("UKJAX_SUITE_CACHE"):  # experiment: one persistent cache shared by the suite's workers
-    jax.config.update("jax_compilation_cache_dir", os.environ["UKJAX_SUITE_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 # Opt-in profile of the suite's compile cost (issue 43's table): ``UKJAX_SUITE_PROFILE=DIR python3 -m pytest``
@@ -79,10 +91,10 @@ if _PROFILE_DIR:
     jax.monitoring.register_event_listener(_profile_event)
 
 
-# The suite's modules run longest first: ``--dist loadfile`` hands whole files to the two workers in collection
-# order, so a long file collected last (alphabetically) kept one worker busy alone at the end. The seconds
-# per module come from a profile of the suite (``benchmarks/suite_profile.py --costs``); a module not in the
-# table counts as the median.
+# The suite's modules run longest first: ``--dist loadfile`` hands whole files to the two workers in
+# collection order, so a long file collected last (alphabetically) kept one worker busy alone at the end. The
+# seconds per module come from a profile of the suite (``benchmarks/suite_profile.py --costs``); a module not
+# in the table counts as the median.
 _COSTS_FILE = os.path.join(os.path.dirname(__file__), "suite_costs.json")
 
 
