@@ -488,14 +488,15 @@ GPU_CONTENDERS = {
 
 def gpu_throughput() -> str:
     """One H200: scenario-steps per second (run seconds; compile seconds) per contender, batch and dtype."""
-    rows_in = [json.loads(line) for line in (RESULTS / GPU_RUN / "throughput-rows.jsonl").read_text().splitlines()
-               if line.strip()]
+    lines = (RESULTS / GPU_RUN / "throughput-rows.jsonl").read_text().splitlines()
+    rows_in = [json.loads(line) for line in lines if line.strip()]
     rows = []
     for contender, label in GPU_CONTENDERS.items():
         for batch in sorted({r["batch"] for r in rows_in if r["contender"] == contender}):
             cells = [label, f"{batch:.0e}".replace("e+0", "e")]
             for dtype in ("float64", "float32"):
-                found = [r for r in rows_in if (r["contender"], r["batch"], r["dtype"]) == (contender, batch, dtype)]
+                key = (contender, batch, dtype)
+                found = [r for r in rows_in if (r["contender"], r["batch"], r["dtype"]) == key]
                 cells.append(
                     f"{_rate(found[0]['scenario_steps_per_s'])} ({figures(found[0]['run_s'])} s; "
                     f"compile {figures(found[0]['compile_s'])} s)" if found else "not reached"
