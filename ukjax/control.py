@@ -53,7 +53,7 @@ from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
 from ukjax._validation import coordinate_indices
 from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic, _time_argument
 from ukjax.dynamics import uk_acceleration
-from ukjax.linalg import _rank_or_minus_one, as_real_array, pinv, promote_floats
+from ukjax.linalg import _rank_or_minus_one, as_real_array, as_real_arrays, pinv
 
 
 class ServoEquation(eqx.Module):
@@ -154,14 +154,6 @@ def servo_equation(system, q, qd, t, p, *, method: str = "ldl", rtol=None) -> Se
     return ServoEquation(qdd_passive=qdd0, response=response, A=A_s, b=b_s, D=D, r=r)
 
 
-def _real_pair(where, D, r):
-    """(D, r) as real floating arrays of one dtype, a non-numeric one refused naming it
-    (:func:`ukjax.linalg.as_real_array`)."""
-    D, r = as_real_array(D, where, "D", "matrix"), as_real_array(r, where, "r")
-    dtype = promote_floats(D.dtype, r.dtype)
-    return D.astype(dtype), r.astype(dtype)
-
-
 def servo_controllability(D, r, *, rtol=None, consistency_rtol: float = CONSISTENCY_RTOL) -> Controllability:
     """Whether (C B̄) u = b̄ has a solution: seed 000 Assumption 3 (eq. 33) with the rank of Theorem 1 (eq. 34).
 
@@ -170,7 +162,7 @@ def servo_controllability(D, r, *, rtol=None, consistency_rtol: float = CONSISTE
     SVD of the non-finite matrix (:mod:`ukjax.linalg`, "Non-finite input"), concrete or traced alike. A
     non-numeric D or r raises ``TypeError`` naming it.
     """
-    D, r = _real_pair("servo_controllability", D, r)
+    D, r = as_real_arrays("servo_controllability", ("D",), D=D, r=r)
     if D.ndim != 2 or r.shape != (D.shape[0],):
         raise ValueError(f"servo_controllability: need D (m, n_u) and r (m,), got {D.shape} and {r.shape}")
     finite = jnp.all(jnp.isfinite(D)) & jnp.all(jnp.isfinite(r))
@@ -191,7 +183,7 @@ def constraint_following_control(D, r, s=None, *, rtol=None, pinv_method: str = 
     argument raises ``TypeError`` naming it.
     """
     where = "constraint_following_control"
-    D, r = _real_pair(where, D, r)
+    D, r = as_real_arrays(where, ("D",), D=D, r=r)
     if D.ndim != 2 or r.shape != (D.shape[0],):
         raise ValueError(f"constraint_following_control: need D (m, n_u), r (m,); got {D.shape}, {r.shape}")
     D_pinv = pinv(D, pinv_method, rtol)

@@ -92,6 +92,7 @@ from ukjax.linalg import (
     PINV_METHODS,
     _finite_or_zero,
     as_real_array,
+    as_real_arrays,
     check_rtol,
     cho_solve,
     cholesky,
@@ -345,7 +346,7 @@ def uk_solve_with(solve, Q, A, b, c=None, *, method: str = "ldl", rtol=None):
     if method not in GRAM_METHODS:
         raise ValueError(f"uk_solve_with: method must be one of {GRAM_METHODS}, got {method!r}")
     check_rtol(rtol, "uk_solve_with")
-    Q, A, b, c = _real_inputs("uk_solve_with", Q=Q, A=A, b=b, c=c)
+    Q, A, b, c = as_real_arrays("uk_solve_with", Q=Q, A=A, b=b, c=c)
     n, m = Q.shape[0], A.shape[0]
     if Q.ndim != 1 or A.shape != (m, n) or b.shape != (m,) or (c is not None and jnp.shape(c) != (n,)):
         raise ValueError(
@@ -465,24 +466,11 @@ def _checked(program, *args, check, **static):
         raise ValueError(found.group(1).strip()) from None
 
 
-def _real_inputs(where, **arrays):
-    """The named arrays (None stays None) as real floating arrays of one dtype, before any shape check.
-
-    A non-numeric argument (strings, objects) raises ``TypeError`` naming it, a complex one ``ValueError``
-    (:func:`ukjax.linalg.as_real_array`); integers are promoted to the default float, and mixed floating
-    precisions to the widest one, explicitly, so that strict dtype promotion accepts them.
-    """
-    out = {k: None if x is None else as_real_array(x, where, k) for k, x in arrays.items()}
-    present = [x for x in out.values() if x is not None]
-    dtype = promote_floats(*[x.dtype for x in present]) if present else None
-    return [None if x is None else x.astype(dtype) for x in out.values()]
-
-
 def _uk(where, M, Q, A, b, c, method, rtol, check):
     check_rtol(rtol, where)
     if method not in ACCELERATION_METHODS:
         raise ValueError(f"{where}: unknown method {method!r}; choose one of {ACCELERATION_METHODS}")
-    M, Q, A, b, c = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b, c=c))
+    M, Q, A, b, c = validate_system(where, *as_real_arrays(where, M=M, Q=Q, A=A, b=b, c=c))
     # ``where`` only names the function in check messages; unchecked, the three public names share a compile.
     check = bool(check)
     return _checked(_uk_terms, M, Q, A, b, c, rtol, where=where if check else "", method=method, check=check)
@@ -557,7 +545,7 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     """
     check_rtol(rtol, "kkt_acceleration")
     where = "kkt_acceleration"
-    M, Q, A, b, _ = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b))
+    M, Q, A, b, _ = validate_system(where, *as_real_arrays(where, M=M, Q=Q, A=A, b=b))
     return _checked(_kkt, M, Q, A, b, rtol, check=bool(check))
 
 
@@ -595,7 +583,7 @@ def singular_mass_acceleration(
     check_rtol(rtol, where)
     if form not in SINGULAR_MASS_FORMS:
         raise ValueError(f"{where}: unknown form {form!r}; choose one of {SINGULAR_MASS_FORMS}")
-    M, Q, A, b, c = validate_system(where, *_real_inputs(where, M=M, Q=Q, A=A, b=b, c=c))
+    M, Q, A, b, c = validate_system(where, *as_real_arrays(where, M=M, Q=Q, A=A, b=b, c=c))
     return _checked(_singular_mass, M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
 
 
@@ -661,7 +649,7 @@ def recursive_uk_acceleration(
     blocks = [_real_block(where, k, block) for k, block in enumerate(blocks)]
     R = None if R is None else [None if R_k is None else as_real_array(R_k, where, f"R[{k}]")
                                 for k, R_k in enumerate(R)]
-    M, Q, _, _, _ = validate_system(where, *_real_inputs(where, M=M, Q=Q))
+    M, Q, _, _, _ = validate_system(where, *as_real_arrays(where, M=M, Q=Q))
     As, bs, Rs = validate_blocks(where, M.shape[0], blocks, R)
     dtype = promote_floats(*[x.dtype for x in (M, *As, *bs, *Rs) if x is not None])
     M, Q = M.astype(dtype), Q.astype(dtype)

@@ -166,6 +166,20 @@ def promote_floats(*dtypes):
         return functools.reduce(jnp.promote_types, dtypes)
 
 
+def as_real_arrays(where: str, matrices: tuple[str, ...] = (), **arrays) -> list:
+    """The named arrays (None stays None) as real floating arrays of one dtype, in the order given, before
+    any shape check: each through :func:`as_real_array` (the names in ``matrices`` called matrices in its
+    message), then integers promoted and mixed floating precisions cast to the widest one
+    (:func:`promote_floats`), explicitly, so that strict dtype promotion accepts them."""
+    out = {
+        k: None if x is None else as_real_array(x, where, k, "matrix" if k in matrices else "array")
+        for k, x in arrays.items()
+    }
+    present = [x for x in out.values() if x is not None]
+    dtype = promote_floats(*[x.dtype for x in present]) if present else None
+    return [None if x is None else x.astype(dtype) for x in out.values()]
+
+
 def _check_matrix(A, name="pinv", square=False, arg="A"):
     A = as_real_array(A, name, arg, "matrix")
     if A.ndim != 2 or (square and A.shape[0] != A.shape[1]):
