@@ -21,7 +21,8 @@ target. Measured programs (small sizes: lowering only, nothing is compiled or ru
 * ``scara_tuner_gradient``: the tuner's value and forward-mode gradient (``ukjax.tune.batch_value_and_grad``,
   the objective of ``benchmarks/tune_gradient.py``, diffrax ``ForwardMode``);
 * ``chain8_forward``: ``simulate_batch`` of the 8-link pinned chain as a kinematic tree
-  (``ukjax.models.chain.multibody_system(8)``: the recursions are ``lax.scan`` over the joints).
+  (``ukjax.models.chain.multibody_system(8)``: the recursions are ``lax.scan`` over the joints on the CPU,
+  unrolled when lowered for CUDA).
 
     python3 benchmarks/cuda_lowering.py                       # print the counts
     python3 benchmarks/cuda_lowering.py --out benchmarks/results/cuda-lowering-loops.json --label after

@@ -89,3 +89,15 @@ def test_cpu_program_keeps_the_fence(program):
     assert cpu["while"] == baseline["while"] + 1, (cpu, baseline)
     deepest = max(int(d) for d in baseline["while_by_depth"])
     assert cpu["while_by_depth"].get(str(deepest + 1)) == 1, (cpu, baseline)
+
+
+def test_tree_recursions_are_loop_free_on_cuda_and_loops_on_cpu():
+    """The 8-link chain's kinematic-tree recursions (``Tree._down``/``_up``: ``lax.scan`` over the joints)
+    are unrolled in the CUDA program (issue 41) and stay loops on the CPU (fast to compile there). The
+    outer loops are the SCARA vmap program's: the same ``simulate_batch`` structure (one chunk, fixed step,
+    saves) around a right-hand side without any loop."""
+    outer = _loops("scara_forward_vmap", "cuda")
+    cuda, cpu = _loops("chain8_forward", "cuda"), _loops("chain8_forward", "cpu")
+    assert cuda["while_by_depth"] == outer["while_by_depth"], (cuda, outer)
+    inner = sum(v for d, v in cpu["while_by_depth"].items() if int(d) > max(map(int, outer["while_by_depth"])))
+    assert inner >= 2, cpu  # at least one downward and one upward scan per evaluation on the CPU

@@ -278,6 +278,21 @@ def _joined(field):
     return jnp.concatenate(field) if isinstance(field, list) else jnp.reshape(field, (-1, *field.shape[2:]))
 
 
+def _scan_per_platform(step, init, xs, reverse):
+    """The outputs of ``lax.scan(step, init, xs)``: a loop over the bodies on the CPU (one compiled body
+    step whatever n: compiles fast, and a loop costs nothing there), unrolled into straight-line code on
+    every other platform (chosen when the program is lowered, ``jax.lax.platform_dependent``). On a GPU
+    each trip of a loop inside the right-hand side costs kernel launches and a device-to-host copy of its
+    condition at every evaluation (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
+
+    def scanned(init, xs, unroll):
+        return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse, unroll=unroll)[1]
+
+    return jax.lax.platform_dependent(
+        init, xs, cpu=functools.partial(scanned, unroll=1), default=functools.partial(scanned, unroll=True)
+    )
+
+
 class Tree(eqx.Module):
     """A kinematic tree: body i hangs from body ``parents[i]`` (-1: the world) by ``joints[i]``.
 
@@ -289,7 +304,8 @@ class Tree(eqx.Module):
 
     The methods take q (nq,), qd (nv,), a :class:`Bodies` and, where gravity acts, the gravity vector g (3,)
     in world coordinates (m/s²). The recursions run as ``lax.scan`` over the bodies of a serial chain of
-    one-DoF joints (one compiled body step, whatever n) and as unrolled loops otherwise. Rotations are
+    one-DoF joints (one compiled body step, whatever n; unrolled when lowered for a GPU) and as unrolled
+    loops otherwise. Rotations are
     evaluated from q/|q| of every quaternion, so the dynamics do not depend on the drift of |q|.
     """
 
@@ -437,7 +453,7 @@ class Tree(eqx.Module):
         x_i = tuple(field[i] for field in xs); returns the outputs per body (stacked by ``lax.scan``, or
         lists: :func:`_stacked`, :func:`_joined`)."""
         if self._scans:
-            return jax.lax.scan(lambda value, x: step(value, x), base, xs)[1]
+            return _scan_per_platform(step, base, xs, reverse=False)
         values, outs = [], []
         for i, parent in enumerate(self.parents):
             value, out = step(base if parent < 0 else values[parent], tuple(field[i] for field in xs))
@@ -449,7 +465,7 @@ class Tree(eqx.Module):
         """Leaves to root: (to_parent_i, out_i) = step(sum of the children's to_parent, or ``zero``, x_i);
         returns the outputs per body as :meth:`_down` does."""
         if self._scans:
-            return jax.lax.scan(lambda incoming, x: step(incoming, x), zero, xs, reverse=True)[1]
+            return _scan_per_platform(step, zero, xs, reverse=True)
         incoming, outs = [zero] * self.num_bodies, [None] * self.num_bodies
         for i in reversed(range(self.num_bodies)):
             to_parent, outs[i] = step(incoming[i], tuple(field[i] for field in xs))
