@@ -34,6 +34,8 @@ model alike.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 from typing import Any, NamedTuple
 
@@ -54,6 +56,22 @@ _INLINED = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "
                       "custom_vjp_call", "custom_vjp_call_jaxpr"})  # fmt: skip
 _REDUCTIONS = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul",
                "reduce_and": "and", "reduce_or": "or"}  # fmt: skip
+
+
+_INSIDE_KERNEL = contextvars.ContextVar("ukjax_entrywise_inside_kernel", default=False)
+"""Set while a fused kernel (:mod:`ukjax.fused`) is traced: fusion boundaries are the identity there (the
+whole solve is one kernel) and platform-dependent code takes its GPU branch."""
+
+
+@contextlib.contextmanager
+def inside_kernel():
+    """Evaluate entry by entry for the body of one GPU kernel (:mod:`ukjax.fused`): ``materialize`` is the
+    identity and ``jax.lax.platform_dependent`` takes the branch for CUDA (else its default)."""
+    token = _INSIDE_KERNEL.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE_KERNEL.reset(token)
 
 
 def _objects(shape, values):
@@ -91,7 +109,12 @@ def _assemble(entries, size, dtype):
 
 
 def _bind_entries(prim, params, args, size):
-    """Bind ``prim`` on entries (vectors over the batch or scalars), broadcasting scalars as needed."""
+    """Bind ``prim`` on entries (vectors over the batch or scalars), broadcasting scalars as needed. Inside
+    a kernel an operation on constants only is computed while tracing (a kernel's lowering may not take a
+    constant operand where it expects a value)."""
+    if _INSIDE_KERNEL.get() and all(isinstance(a, (np.ndarray, np.generic)) for a in args):
+        with jax.ensure_compile_time_eval():
+            return np.asarray(prim.bind(*args, **params))[()]
     if any(_is_batched(a) for a in args):
         args = [a if _is_batched(a) else jnp.broadcast_to(a, (size,)) for a in args]
     return prim.bind(*args, **params)
@@ -290,7 +313,7 @@ class _PlatformIndex:
         self.platforms = params["platforms"]
 
     def branch(self):
-        backend = jax.default_backend()
+        backend = "cuda" if _INSIDE_KERNEL.get() else jax.default_backend()
         default = None
         for i, names in enumerate(self.platforms):
             if names is None:
@@ -431,7 +454,7 @@ def _equation(eqn, invals, size):
         outs = [_PlatformIndex(eqn.params)]
     elif _is_materialize(eqn):
         # The identity on each operand (a derivative of materialize carries primal and tangent).
-        outs = [_materialize_entries(x) for x in invals]
+        outs = list(invals) if _INSIDE_KERNEL.get() else [_materialize_entries(x) for x in invals]
     elif name in _INLINED:
         outs = _inlined_call(eqn, invals, size)
     elif name in _ELEMENTWISE:

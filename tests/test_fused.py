@@ -1,0 +1,146 @@
+"""The fused kernel (issue 42, ``ukjax.fused``): Pallas's interpret mode runs the same kernel on the CPU, and
+its trajectories equal the XLA program's (``simulate_batch``'s diffrax solve) to 1e-13 in float64; its CUDA
+lowering (a Triton kernel) is built here without a GPU.
+
+Tolerance: the kernel computes the same Runge-Kutta stages with the same right-hand side; only the order of
+floating-point sums differs (the stages' weighted sums, the entrywise matrix products), a few ulp per step,
+which the dynamics amplify over the steps as they amplify a one-ulp change of the initial state (issue 39:
+~2e-14 relative after 100 SCARA steps). 1e-13 relative to each quantity's largest value is the issue's
+bound; a wrong stage weight or a missing stage gives differences of order h^p, above 1e-8 here.
+"""
+
+import sys
+from pathlib import Path
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ukjax
+from ukjax import fused
+from ukjax.constraints import AccelerationLevel
+from ukjax.models import five_bar, scara, spiral
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import user_scara  # noqa: E402
+
+DT, STEPS_PER_SAVE, SAVES, BATCH = 1e-3, 8, 3, 64  # 16 steps: short, and enough for a wrong stage to show
+
+
+def _random_system():
+    """A random 3-coordinate system: constant SPD M, linear spring-damper forces with a cos(t) drive, one
+    Baumgarte-stabilized linear constraint row A q̈ = -α A q̇ - β A q (a rheonomic-free row, so A is
+    constant)."""
+    rng = np.random.default_rng(7)
+    L = rng.normal(size=(3, 3))
+    M = L @ L.T + 3 * np.eye(3)
+    K, D, a = rng.uniform(1, 4, 3), rng.uniform(0.1, 0.5, 3), rng.normal(size=(1, 3))
+    system = ukjax.System(
+        mass=lambda q, t, p: p["M"],
+        force=lambda q, qd, t, p: -p["K"] * q - p["D"] * qd + jnp.cos(t) * jnp.ones(3),
+        n=3,
+        constraints=(AccelerationLevel(
+            A=lambda q, qd, t, p: p["a"], b=lambda q, qd, t, p: -p["a"] @ (p["alpha"] * qd + p["beta"] * q),
+            name="row"),),
+    )  # fmt: skip
+    params = {"M": M, "K": K, "D": D, "a": a, "alpha": 2.0, "beta": 10.0}
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    q0, qd0 = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3))
+    return system, params, q0, qd0
+
+
+def _case(name):
+    if name == "scara":
+        p = scara.default_params()
+        return (scara.system(), p, *scara.initial_state(p))
+    if name == "user_scara":
+        p = user_scara.params()
+        q0, qd0 = scara.initial_state(scara.default_params())
+        return user_scara.system(), p, q0, qd0
+    if name == "spiral":  # a holonomic constraint whose A and b ukjax derives by automatic differentiation
+        p = spiral.default_params()
+        return (spiral.system(stabilized=True), p, *spiral.initial_state(p))
+    return _random_system()
+
+
+CASES = [("scara", ukjax.RK4()), ("user_scara", diffrax.Tsit5()), ("spiral", ukjax.RK4()),
+         ("random", diffrax.Tsit5())]  # fmt: skip
+
+
+def _field(system):
+    def field(t, y, p):
+        q, qd = y
+        return qd, system.acceleration(q, qd, t, p)
+
+    return field
+
+
+@pytest.mark.parametrize("name, solver", CASES, ids=[c[0] for c in CASES])
+def test_interpret_mode_trajectories_equal_the_xla_program(name, solver):
+    system, params, q0, qd0 = _case(name)
+    rng = np.random.default_rng(0)
+    n = q0.shape[0]
+    Q0 = jnp.asarray(np.asarray(q0) + 1e-3 * rng.normal(size=(BATCH, n)))
+    QD0 = jnp.asarray(np.asarray(qd0) * (1 + 1e-2 * rng.normal(size=(BATCH, n))))
+    run = jax.jit(lambda y0, p: fused.integrate(
+        _field(system), y0, p, False, t0=0.0, dt=DT, steps_per_save=STEPS_PER_SAVE, num_saves=SAVES,
+        tableau=solver.tableau, interpret=True))  # fmt: skip
+    q, qd = run((Q0, QD0), params)
+    t1 = (SAVES - 1) * STEPS_PER_SAVE * DT
+    ts = jnp.asarray([k * STEPS_PER_SAVE * DT for k in range(SAVES)])
+    sol = ukjax.simulate_batch(system, Q0, QD0, params, t1=t1, ts=ts, dt=DT, solver=solver)
+    assert q.shape == sol.q.shape == (BATCH, SAVES, n)
+    np.testing.assert_array_equal(q[:, 0], Q0)  # the first save is the initial state itself
+    for ours, theirs in ((q, sol.q), (qd, sol.qd)):
+        scale = float(jnp.max(jnp.abs(theirs)))
+        assert float(jnp.max(jnp.abs(ours - theirs))) <= 1e-13 * scale, (name, ours - theirs)
+    assert float(jnp.max(jnp.abs(q[:, -1] - Q0))) > 1e-6  # the state moved: the comparison is not vacuous
+
+
+def test_stages_skip_only_unused_ones():
+    stages, b = fused._stages(diffrax.Tsit5.tableau)
+    assert len(stages) == 6 and len(b) == 6  # the 7th (first-same-as-last) stage has weight 0: not evaluated
+    stages, b = fused._stages(ukjax.RK4.tableau)
+    assert [c for c, _ in stages] == [0.0, 0.5, 0.5, 1.0] and b == pytest.approx((1 / 6, 1 / 3, 1 / 3, 1 / 6))
+
+
+def test_cuda_lowering_is_one_triton_kernel_per_save_interval():
+    """Lowered for CUDA on this CPU machine: one Triton custom call (the fused kernel, float64), inside the
+    loop over the save intervals; no loop inside the kernel's operands' producers."""
+    system, params, q0, qd0 = _case("scara")
+    Q0, QD0 = jnp.tile(q0, (256, 1)), jnp.tile(qd0, (256, 1))
+
+    def run(y0, p):
+        return fused.integrate(_field(system), y0, p, False, t0=0.0, dt=DT, steps_per_save=STEPS_PER_SAVE,
+                               num_saves=SAVES, tableau=ukjax.RK4.tableau, interpret=False)  # fmt: skip
+
+    text = fused.lowered_for_cuda(run, (Q0, QD0), params)
+    assert text.count("__gpu$xla.gpu.triton") == 1
+    assert "tensor<256xf64>" in text and "__nv_sin" in text  # float64 vectors, libdevice's float64 sine
+    assert "custom_call @lapack" not in text and "cusolver" not in text
+
+
+def test_the_five_bar_is_refused_with_its_reason():
+    """The five-bar (n = 12) factorizes M with loop-based Cholesky (ukjax.linalg unrolls n <= 8 only): a loop
+    the kernel cannot evaluate entry by entry, so the fused engine refuses it and names what it holds."""
+    p = five_bar.default_params()
+    q0, qd0 = five_bar.initial_state(p)
+    y0 = (jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1)))
+    with pytest.raises(ValueError, match=r"holds \['scan'\].*use the XLA engine"):
+        fused.integrate(_field(five_bar.system()), y0, p, False, t0=0.0, dt=DT, steps_per_save=2, num_saves=2,
+                        tableau=ukjax.RK4.tableau)  # fmt: skip
+
+
+def test_a_right_hand_side_without_entry_rules_is_refused():
+    def field(t, y, p):
+        q, qd = y
+        return qd, jnp.linalg.solve(p["M"], -q)  # LAPACK: no entry rule
+
+    y0 = (jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+    with pytest.raises(ValueError, match="use the XLA engine"):
+        fused.integrate(field, y0, {"M": jnp.eye(2)}, False, t0=0.0, dt=DT, steps_per_save=2, num_saves=2,
+                        tableau=ukjax.RK4.tableau)  # fmt: skip

@@ -1,0 +1,327 @@
+"""A batch's fixed-step Runge-Kutta solve fused into one GPU kernel per save interval (Pallas).
+
+Under ``jax.vmap`` XLA compiles a right-hand side of a few-coordinate system into many kernels, and the
+intermediates of the UK solve travel through the device's memory between them. Here the whole solve
+between two saved times runs in one kernel: one program instance per tile of scenarios, each scenario's
+state held as entries (one vector over the tile per coordinate, which is what a kernel's block is), the
+right-hand side evaluated from the same jaxpr that :mod:`ukjax._entrywise` interprets (every array of one
+scenario's program held as its entries: stacking, slicing and small matrix products resolved while tracing,
+everything else elementwise on the tile's vectors), the explicit Runge-Kutta stages unrolled around it in a
+``fori_loop`` over the steps, and the state written to memory once per save. This is what DiffEqGPU.jl's
+``EnsembleGPUKernel`` does for an ODE (Utkarsh et al. 2024: one thread per trajectory, the fixed-step solve
+in one kernel), applied to the Udwadia-Kalaba right-hand side of a constrained system the user writes.
+
+The Runge-Kutta step is diffrax's explicit one (``diffrax.AbstractERK``: stages kᵢ = h f(t + cᵢ h, y + Σⱼ
+aᵢⱼ kⱼ), y₁ = y + Σᵢ bᵢ kᵢ) for any Butcher tableau (``RK4``'s, ``Tsit5``'s); stages that no later stage
+and not the solution use (Tsit5's first-same-as-last stage) are not evaluated. Times advance as diffrax's
+constant step does (t ← t + h), so a fused trajectory equals the XLA program's up to the order of
+floating-point sums (``tests/test_fused.py``: 1e-13 in float64).
+
+Backends: on a GPU the kernel is lowered by Pallas's Triton backend, which handles float64 arithmetic on
+Hopper (the Mosaic GPU backend targets warpgroup matrix instructions and has no float64 path); on any
+other platform, and in the tests, Pallas's interpret mode runs the same kernel as ordinary XLA code.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ukjax import _entrywise
+
+DEFAULT_TILE = 128
+"""Scenarios per program instance on a GPU: one per thread of 4 warps (Triton's default ``num_warps``)."""
+NUM_WARPS = 4
+"""Warps per program instance (Triton): 128 threads, one scenario each at the default tile."""
+INTERPRET_TILE = 1024
+"""Scenarios per program instance in interpret mode (CPU): few grid steps, long vectors."""
+
+
+def _stages(tableau) -> tuple[tuple[float, tuple[float, ...]], ...]:
+    """(cᵢ, (aᵢ₀, ..., aᵢ,ᵢ₋₁)) of every stage that the solution or a later stage uses."""
+    c = (0.0, *(float(x) for x in np.asarray(tableau.c)))
+    a = ((),) + tuple(tuple(float(x) for x in np.asarray(row)) for row in tableau.a_lower)
+    b = [float(x) for x in np.asarray(tableau.b_sol)]
+    used = len(b)
+    while (
+        used > 0
+        and b[used - 1] == 0.0
+        and all(len(a[j]) < used or a[j][used - 1] == 0.0 for j in range(used, len(a)))
+    ):
+        used -= 1
+    return tuple((c[i], a[i]) for i in range(used)), tuple(b[:used])
+
+
+def _combine(base, terms):
+    """base + Σ weight · increment over (weight, increment) pairs with a non-zero weight (entries)."""
+    out = base
+    for weight, increment in terms:
+        if weight != 0.0:
+            out = out + weight * increment
+    return out
+
+
+def _rk_step(rhs, tableau_stages, t, h, y):
+    """One explicit Runge-Kutta step on entries: y is a list of entries (vectors over the tile)."""
+    stages, b = tableau_stages
+    ks = []
+    for c, a in stages:
+        yi = (
+            y
+            if not ks
+            else [_combine(y[e], [(a[j], ks[j][e]) for j in range(len(ks))]) for e in range(len(y))]
+        )
+        f = rhs(t + c * h, yi)
+        ks.append([h * fe for fe in f])
+    return [_combine(y[e], [(b[j], ks[j][e]) for j in range(len(ks))]) for e in range(len(y))]
+
+
+class _Program:
+    """The jaxpr of one scenario's right-hand side with its inputs laid out for the kernel: the state's
+    entries and the batched argument entries as one vector over the scenarios each, the shared numbers
+    (unbatched arguments, the interval's start time, the step) in one small array."""
+
+    def __init__(self, field, y0, args, batched_args):
+        self.y_tree = jax.tree_util.tree_structure(y0)
+        y_leaves = jax.tree_util.tree_leaves(y0)
+        self.y_shapes = [x.shape[1:] for x in y_leaves]
+        self.dtype = jnp.result_type(*y_leaves)
+        arg_leaves, self.arg_tree = jax.tree_util.tree_flatten(args)
+        flags = jax.tree_util.tree_structure(batched_args).flatten_up_to(args)
+        flag_leaves = jax.tree_util.tree_leaves(batched_args)
+        self.arg_flags = [flag for flag, sub in zip(flag_leaves, flags, strict=True)
+                          for _ in jax.tree_util.tree_leaves(sub)]  # fmt: skip
+        self.arg_avals = [jax.ShapeDtypeStruct(jnp.shape(x)[1:] if b else jnp.shape(x), jnp.result_type(x))
+                          for x, b in zip(arg_leaves, self.arg_flags, strict=True)]  # fmt: skip
+        t_aval = jax.ShapeDtypeStruct((), self.dtype)
+        y_avals = [jax.ShapeDtypeStruct(s, self.dtype) for s in self.y_shapes]
+
+        def flat(t, *leaves):
+            y = jax.tree_util.tree_unflatten(self.y_tree, leaves[: len(y_avals)])
+            a = jax.tree_util.tree_unflatten(self.arg_tree, leaves[len(y_avals) :])
+            return jax.tree_util.tree_leaves(field(t, y, a))
+
+        self.closed = jax.make_jaxpr(flat)(t_aval, *y_avals, *self.arg_avals)
+        out_shapes = [v.aval.shape for v in self.closed.jaxpr.outvars]
+        if out_shapes != self.y_shapes:
+            raise ValueError(
+                f"ukjax.fused: the field's outputs {out_shapes} do not match the state {self.y_shapes}"
+            )
+        self.unruled = _entrywise.unruled_primitives(self.closed.jaxpr)
+        self.consts = [_entrywise._entries_of_array(np.asarray(c), False) if _is_concrete(c)
+                       else None for c in self.closed.consts]  # fmt: skip
+        self.traced_consts = [c for c in self.closed.consts if not _is_concrete(c)]
+
+    def batched_vectors(self, y0, args) -> list:
+        """The state's entries and the batched arguments' entries, one (N,) vector each."""
+        out = []
+        for x in jax.tree_util.tree_leaves(y0):
+            out += [x[(slice(None), *idx)] for idx in np.ndindex(*x.shape[1:])]
+        for x, b in zip(jax.tree_util.tree_leaves(args), self.arg_flags, strict=True):
+            if b:
+                x = jnp.asarray(x)
+                out += [x[(slice(None), *idx)].astype(self.dtype) for idx in np.ndindex(*x.shape[1:])]
+        return out
+
+    def shared_numbers(self, args) -> list:
+        """The unbatched arguments' entries (as the state's dtype) and the traced constants, flattened."""
+        out = []
+        for x, b in zip(jax.tree_util.tree_leaves(args), self.arg_flags, strict=True):
+            if not b:
+                out += list(jnp.ravel(jnp.asarray(x)).astype(self.dtype))
+        for c in self.traced_consts:
+            out += list(jnp.ravel(jnp.asarray(c)).astype(self.dtype))
+        return out
+
+    @property
+    def state_size(self) -> int:
+        return sum(int(np.prod(s)) for s in self.y_shapes)
+
+    def rhs_on_entries(self, batched_entries, shared, size: int):
+        """rhs(t, y_entries) -> dy/dt entries, the arguments' entries taken from the kernel's inputs."""
+        arg_inputs, k, s = [], 0, 0
+        for aval, b in zip(self.arg_avals, self.arg_flags, strict=True):
+            count = int(np.prod(aval.shape))
+            if b:
+                values = [
+                    v.astype(aval.dtype) if aval.dtype != self.dtype else v
+                    for v in batched_entries[k : k + count]
+                ]
+                k += count
+            else:
+                values = [_cast(shared(s + i), aval.dtype) for i in range(count)]
+                s += count
+            arg_inputs.append(_entrywise._objects(aval.shape, values))
+        consts = []
+        for entries, c in zip(self.consts, self.closed.consts, strict=True):
+            if entries is not None:
+                consts.append(entries)
+                continue
+            count = int(np.prod(np.shape(c)))
+            consts.append(
+                _entrywise._objects(
+                    np.shape(c), [_cast(shared(s + i), jnp.result_type(c)) for i in range(count)]
+                )
+            )
+            s += count
+
+        def rhs(t, y):
+            y_inputs, e = [], 0
+            for shape in self.y_shapes:
+                count = int(np.prod(shape))
+                y_inputs.append(_entrywise._objects(shape, y[e : e + count]))
+                e += count
+            outs = _entrywise._eval(
+                self.closed.jaxpr, consts, [_entrywise._scalar(t), *y_inputs, *arg_inputs], size
+            )
+            return [entry for out in outs for entry in out.flat]
+
+        return rhs
+
+
+def _in_kernel(rhs):
+    def evaluated(t, y):
+        with _entrywise.inside_kernel():
+            return rhs(t, y)
+
+    return evaluated
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _cast(x, dtype):
+    return x if jnp.result_type(x) == dtype else jnp.asarray(x).astype(dtype)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _launch(program: _Program, tableau_stages, steps: int, tile: int, interpret: bool, batched_count: int,
+            shared_count: int, padded: int):  # fmt: skip
+    """The pallas_call that advances every scenario by ``steps`` steps: (state vectors, batched argument
+    vectors, shared numbers) -> state vectors."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pl_triton
+
+    n_state = program.state_size
+    shared_width = _pow2(shared_count + 2)
+
+    def kernel(*refs):
+        inputs, outputs = refs[: batched_count + 1], refs[batched_count + 1 :]
+        shared_ref = inputs[-1]
+        shared = lambda i: shared_ref[i + 2]
+        vectors = [ref[...] for ref in inputs[:batched_count]]
+        t_start, h = shared_ref[0], shared_ref[1]
+        y = vectors[:n_state]
+        rhs = program.rhs_on_entries(vectors[n_state:], shared, tile)
+        rhs = _in_kernel(rhs)
+        rhs_vectors = lambda t, y_: [jnp.broadcast_to(v, (tile,)).astype(program.dtype) for v in rhs(t, y_)]
+
+        def body(_, carry):
+            t, y_ = carry
+            y_next = _rk_step(rhs_vectors, tableau_stages, t, h, list(y_))
+            return t + h, tuple(y_next)
+
+        _, y_end = jax.lax.fori_loop(0, steps, body, (t_start, tuple(y)))
+        for ref, value in zip(outputs, y_end, strict=True):
+            ref[...] = value
+
+    vector_spec = pl.BlockSpec((tile,), lambda i: (i,))
+    shared_spec = pl.BlockSpec((shared_width,), lambda i: (0,))
+    call = pl.pallas_call(
+        kernel,
+        grid=(padded // tile,),
+        in_specs=[vector_spec] * batched_count + [shared_spec],
+        out_specs=[vector_spec] * n_state,
+        out_shape=[jax.ShapeDtypeStruct((padded,), program.dtype)] * n_state,
+        interpret=interpret,
+        compiler_params=None if interpret else pl_triton.CompilerParams(num_warps=NUM_WARPS),
+        name="ukjax_fused_rk",
+    )
+
+    def advance(state, batched_args, t_start, h, shared_numbers):
+        numbers = jnp.stack([t_start, h, *shared_numbers]) if shared_numbers else jnp.stack([t_start, h])
+        numbers = jnp.pad(numbers, (0, shared_width - numbers.shape[0]))
+        return call(*state, *batched_args, numbers)
+
+    return advance
+
+
+def integrate(field, y0, args, batched_args, *, t0, dt, steps_per_save: int, num_saves: int, tableau,
+              tile: int | None = None, interpret: bool | None = None):  # fmt: skip
+    """The states of a batch at ``num_saves`` saved times t0 + k · steps_per_save · dt (k = 0, 1, ...), by
+    fixed steps of the explicit Runge-Kutta method ``tableau`` (a ``diffrax.ButcherTableau``), one fused
+    kernel per save interval.
+
+    ``field(t, y, args)``: dy/dt of ONE scenario, y a pytree of arrays; ``y0``: that pytree with a leading
+    batch axis (N, ...); ``args``: the arguments, with ``batched_args`` (booleans in a pytree prefix of
+    ``args``, like ``in_axes``) saying which leaves carry the batch axis. Returns y's pytree with leaves
+    (N, num_saves, ...). ``tile``: scenarios per program instance (default :data:`DEFAULT_TILE` on a GPU,
+    :data:`INTERPRET_TILE` elsewhere); ``interpret``: Pallas's interpret mode (default: off on a GPU only).
+    Raises ``ValueError`` where the right-hand side holds an operation the entrywise evaluation has no rule
+    for (:func:`ukjax._entrywise.unruled_primitives`): those need the XLA program."""
+    program = _Program(field, y0, args, batched_args)
+    if program.unruled:
+        raise ValueError(f"ukjax.fused: the right-hand side holds {sorted(program.unruled)}, which the fused "
+                         "kernel cannot evaluate entry by entry; use the XLA engine")  # fmt: skip
+    on_gpu = jax.default_backend() == "gpu"
+    interpret = (not on_gpu) if interpret is None else interpret
+    batch = jax.tree_util.tree_leaves(y0)[0].shape[0]
+    tile = tile or (DEFAULT_TILE if not interpret else min(INTERPRET_TILE, _pow2(batch)))
+    padded = -(-batch // tile) * tile
+    vectors = program.batched_vectors(y0, args)
+    vectors = [
+        jnp.concatenate([v, jnp.repeat(v[-1:], padded - batch)]) if padded > batch else v for v in vectors
+    ]
+    n_state = program.state_size
+    state, batched_arg_vectors = vectors[:n_state], vectors[n_state:]
+    shared_numbers = program.shared_numbers(args)
+    advance = _launch(program, _stages(tableau), steps_per_save, tile, interpret, len(vectors),
+                      len(shared_numbers), padded)  # fmt: skip
+    dtype = program.dtype
+    t0, h = jnp.asarray(t0, dtype), jnp.asarray(dt, dtype)
+
+    def interval(carry, _):
+        t, state_ = carry
+        state_next = advance(list(state_), batched_arg_vectors, t, h, shared_numbers)
+        t_next = _advanced_time(t, h, steps_per_save)
+        return (t_next, tuple(state_next)), tuple(state_next)
+
+    _, saved = jax.lax.scan(interval, (t0, tuple(state)), None, length=num_saves - 1)
+    saved = [
+        jnp.concatenate([first[None], later], axis=0)[:, :batch]
+        for first, later in zip(state, saved, strict=True)
+    ]
+    leaves, e = [], 0
+    for shape in program.y_shapes:
+        count = int(np.prod(shape))
+        stacked = (
+            jnp.stack(saved[e : e + count], axis=-1) if count else jnp.zeros((num_saves, batch, 0), dtype)
+        )
+        leaves.append(jnp.moveaxis(stacked.reshape(num_saves, batch, *shape), 0, 1))
+        e += count
+    return jax.tree_util.tree_unflatten(program.y_tree, leaves)
+
+
+def _advanced_time(t, h, steps: int):
+    """t advanced by ``steps`` steps of h one addition at a time, as the kernel and diffrax's constant step
+    do."""
+    return jax.lax.fori_loop(0, steps, lambda _, s: s + h, t)
+
+
+def lowered_for_cuda(fn, *args) -> str:
+    """The StableHLO text of ``jax.jit(fn)`` lowered for CUDA, without a GPU (the lowering ``jax.export``
+    uses, without its refusal of custom calls that have no compatibility guarantee, as Triton kernels
+    have): the fused kernel appears as a ``__gpu$xla.gpu.triton`` custom call."""
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+__all__: list[Any] = ["integrate", "DEFAULT_TILE", "INTERPRET_TILE", "lowered_for_cuda"]
+del functools
