@@ -1,42 +1,56 @@
 """Everything ukjax measures on a GPU, in one command: ``python benchmarks/gpu_suite.py --out DIR``.
 
-GPU time comes in slices of about 30 minutes, at most 10 minutes a command, so one call of this script must
-produce the whole GPU table. It runs each section in its own Python process (a fresh process per dtype,
-since JAX's float64 switch is global, and so that one section's GPU memory is freed before the next), with
-a time limit per section, and writes at most seven small JSON files into DIR:
+GPU time comes in leases of about 15 minutes, at most 10 minutes a command, so one call of this script must
+produce the whole GPU table, compilation included, in its time plan: ``--budget-s`` (default 450 s, 7.5
+minutes on one H100). It runs each section in its own Python process (a fresh process per dtype, since
+JAX's float64 switch is global, and so that one section's GPU memory is freed before the next). Each
+section gets a share of the time still left when it starts (time a section does not use passes to the
+next). Inside a section every row (one contender at one size) is **predicted** before it runs, from the
+same contender's previous row (its compile time, and its run time scaled by the batch) or, for a first
+row, from :data:`FIRST_ROW_S`; a row that would not end before the section's deadline is skipped with a
+message. Every row is appended to ``DIR/rows.jsonl`` as soon as it is measured, so a worker killed at its
+limit (or a whole command killed at the lease's) keeps its finished rows. Contenders that take minutes per
+run are capped (:data:`CAPS`: naive JAX, MJX and MJWarp stop at 1e5 scenarios). DIR receives at most eight
+files (what a GPU lease brings back):
 
 =====================  ===================================================================================
-``environment.json``   devices, memory, driver (nvidia-smi), python/jax/jaxlib/diffrax/equinox versions,
-                       which optional packages import (pytest, scipy, hypothesis, mujoco, MJX, MJWarp, ...)
-``tests.json``         the GPU-relevant tests (``pytest -m "not slow"`` on simulate_batch, gradients, sweeps,
-                       float32); files whose imports the machine lacks are left out, with the reason
-``throughput.json``    SCARA batches of 1e3 ... 1e6 scenarios in float64 and float32: ukjax on the shipped
-                       model, ukjax on the user-written model (``benchmarks/user_scara.py``), naive JAX
-                       (``benchmarks/throughput.py``); the pinned 8-link chain with ukjax's tree model (RK4)
-                       against MJX and MJWarp (``mujoco.mjx.put_model(impl="jax" | "warp")``, RK4) where they
-                       import; scenario-steps/s, compile time, XLA's memory per scenario, peak device memory
-``gradient.json``      gradient/forward cost of the SCARA tuning objective (256 scenarios x 1000 steps)
-``sweep.json``         a 1,000,000-scenario SCARA sweep (``ukjax.sweep``) and its overhead against a bare
+``summary.json``       the environment (devices, memory, driver, versions, optional packages), each
+                       section's status, time and budget, the rows skipped and why, and the summary table
+``rows.jsonl``         every measured row, appended as it is measured
+``throughput.json``    SCARA batches in float64 and float32: ukjax on the shipped model, ukjax on the
+                       user-written model (``benchmarks/user_scara.py``), naive JAX
+                       (``benchmarks/throughput.py``); scenario-steps/s, compile time, XLA's memory per
+                       scenario, peak device memory
+``robots.json``        kinematic trees (RK4): the pinned 8-link chain (``ukjax.models.chain``), the UR5 and
+                       the Panda loaded from their URDFs (``ukjax.robots.load``), in float32 and float64,
+                       against MJX and MJWarp (``mujoco.mjx.put_model(impl="jax" | "warp")``) on the same
+                       models where they import
+``gradient.json``      the SCARA tuning objective (``benchmarks/tune_gradient.py``, 4096 scenarios x 1000
+                       steps): forward pass, forward-mode and reverse-mode gradients, compile and run
+                       times and the grad/forward ratios
+``sweep.json``         a 1,000,000-scenario SCARA sweep (``ukjax.sweep``) and its overhead against one bare
                        ``simulate_batch`` of the same scenarios
 ``accuracy.json``      the largest difference of the SCARA batch after 1000 steps between the default device
                        and the CPU (float64), and float32 against float64 on both
-``summary.json``       each section's status and time, and the summary table that is also printed
+``tests.json``         the GPU-relevant test files (``pytest -m "not slow"``, several workers), each test's
+                       outcome as it finished (kept if the section's time runs out)
 =====================  ===================================================================================
 
 ``--smoke`` runs exactly the same code paths at tiny sizes (CI runs it on the CPU and checks the files); on a
-CPU-only machine the "device" rows are CPU rows and say so. ``--sections`` runs a subset (e.g. to split the
-suite over two calls; a later call keeps the files of the sections it does not run and rewrites the
-summary). ``--budget-s`` is the whole run's time limit (default 540 s, inside one 10-minute device call); each
-section gets a share, throughput rows stop growing the batch once one row takes longer than its share.
+CPU-only machine the "device" rows are CPU rows and say so. ``--sections`` runs a subset (a later call
+keeps the files of the sections it does not run and rewrites the summary).
 
-On the GPU machine (no package index): ``pip install --no-deps -e .`` then
-``python benchmarks/gpu_suite.py --out $OUT``.
+On the GPU machine (no package index): ``pip install --no-deps -e .`` (or ``PYTHONPATH=.``) then
+``python benchmarks/gpu_suite.py --out $OUT``. The UR5 and Panda files come from example-robot-data where it
+is installed, else from the folder ``UKJAX_ROBOT_DATA`` names (its ``robots`` folder, e.g. the two URDFs
+unzipped from the wheel: docs/guide/gpu.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -48,20 +62,32 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SCHEMA = 1
-SECTIONS = ("environment", "tests", "throughput", "gradient", "sweep", "accuracy")
+SCHEMA = 2
+SECTIONS = ("environment", "throughput", "robots", "gradient", "sweep", "accuracy", "tests")
 SHARES = {
-    "environment": 0.04,
-    "tests": 0.22,
-    "throughput": 0.34,
-    "gradient": 0.12,
+    "environment": 0.02,
+    "throughput": 0.20,
+    "robots": 0.28,
+    "gradient": 0.18,
     "sweep": 0.14,
-    "accuracy": 0.14,
+    "accuracy": 0.07,
+    "tests": 0.11,
 }
-"""Each section's share of ``--budget-s`` (its subprocesses' time limit)."""
-DTYPED = {"throughput": ("float64", "float32"), "accuracy": ("float64", "float32")}
+"""Each section's share of the time left when it starts (``--budget-s`` at first)."""
+DTYPED = {
+    "throughput": ("float64", "float32"),
+    "robots": ("float32", "float64"),
+    "accuracy": ("float64", "float32"),
+}
+FIRST_ROW_S = 20.0
+"""Predicted cost of a process's first row (compile + runs) on a GPU: on the H200 (2026-11-27) the SCARA
+batch compiled in 5-11 s, the UR5 in 12-15 s, the tuning gradients in 9-35 s."""
+CAPS = {"naive_jax": 10_000, "mjx": 100_000, "mjwarp": 100_000}
+"""Largest batch of the contenders that take minutes per run at larger sizes (naive JAX's batched eigh and
+SVD: 29 s per run at 1e5 scenarios on the H200), by name prefix."""
 OPTIONAL = (
     "pytest",
+    "xdist",
     "scipy",
     "hypothesis",
     "pyarrow",
@@ -73,40 +99,75 @@ OPTIONAL = (
     "mujoco_warp",
 )
 TEST_FILES = (
+    "test_gpu_ready.py",
     "test_simulation.py",
+    "test_entrywise.py",
     "test_solvers.py",
     "test_sweep.py",
     "test_tune.py",
     "test_scara.py",
+    "test_multibody.py",
     "test_config.py",
-    "test_gpu_ready.py",
 )
 SMOKE_TEST = "test_gpu_ready.py"
-# --smoke runs one test that compiles nothing: it checks the pytest-and-junit path
+# --smoke runs one test that compiles nothing: it checks the pytest-and-report path
 SMOKE_SELECTION = "jax_version"
+ROBOT_FILES = {
+    "ur5": "ur_description/urdf/ur5_robot.urdf",
+    "panda": "panda_description/urdf/panda.urdf",
+    "arm2": str(ROOT / "tests" / "data" / "arm2.urdf"),  # --smoke: a two-link URDF of the test suite
+}
 
 
 def sizes(smoke: bool) -> dict:
-    """Problem sizes of every section: full (one H100) or ``--smoke`` (a few seconds each on a CPU)."""
+    """Problem sizes of every section: full (one H100 in ``--budget-s``) or ``--smoke`` (a CPU, seconds)."""
     if smoke:
         return {
-            "batches": [8],
+            "scara": {
+                "ukjax_scara": [8],
+                "ukjax_user_scara": [8],
+                "ukjax_user_scara_vmap": [8],
+                "ukjax_user_scara_fused": [8],
+                "naive_jax_scara": [8],
+            },
+            # the fused kernel's interpret mode compiles slowly on a CPU (tests/test_fused.py checks both
+            # dtypes' arithmetic): one dtype here
+            "fused_dtypes": ("float32",),
+            "trees": [8],
+            "chains": [8],
+            "trees_former": [8],
+            "trees_others": [8],
+            "robots": ("arm2",),
+            "dtypes": {"robots": ("float32",)},  # its float64 run is the same code
             "steps": 5,
             "dt": 5e-3,
             "repeats": 1,
             "chain_links": 4,
             "gradient": (4, 10),
+            "gradient_modes": ("forward",),
             "sweep_scenarios": 16,
             "sweep_t1": 0.05,
             "accuracy": (8, 20),
         }
     return {
-        "batches": [1_000, 10_000, 100_000, 1_000_000],
+        "scara": {
+            "ukjax_scara": [1_000_000],
+            "ukjax_user_scara": [100_000, 1_000_000],
+            "ukjax_user_scara_vmap": [1_000_000],
+            "ukjax_user_scara_fused": [100_000, 1_000_000],
+            "naive_jax_scara": [10_000],
+        },
+        "trees": [1_000_000],  # the robots (ukjax)
+        "chains": [100_000, 1_000_000],  # the pinned chain (ukjax)
+        "trees_former": [100_000],  # the chain's recursions as loops (before they were unrolled)
+        "trees_others": [100_000],  # MJX, MJWarp
+        "robots": ("ur5", "panda"),
         "steps": 200,
         "dt": 5e-3,
-        "repeats": 3,
+        "repeats": 2,
         "chain_links": 8,
-        "gradient": (256, 1000),
+        "gradient": (4096, 1000),
+        "gradient_modes": ("forward", "reverse"),
         "sweep_scenarios": 1_000_000,
         "sweep_t1": None,
         "accuracy": (1024, 1000),
@@ -114,14 +175,78 @@ def sizes(smoke: bool) -> dict:
 
 
 # ================================================================================================ workers
+class Plan:
+    """A worker's deadline, its row log and its predictions: :meth:`row` measures one contender at one
+    size if its predicted cost fits before the deadline, appends it to the log, and remembers its cost."""
+
+    def __init__(self, deadline: float, log: Path | None, section: str, dtype: str):
+        self.deadline, self.log, self.section, self.dtype = deadline, log, section, dtype
+        self.rows, self.skipped, self.errors = [], [], []
+        self.skip = set(filter(None, os.environ.get("UKJAX_GPU_SUITE_SKIP", "").split(",")))
+        self._last: dict = {}  # contender -> (batch, compile_s, run_s)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def predict(self, contender: str, batch: int, repeats: int) -> float:
+        """A row's seconds: the contender's compile time and its run time scaled by the batch (repeats + 1
+        runs: the first call and the timed ones); a first row: the slowest compile in this process so far
+        plus 5 s, or :data:`FIRST_ROW_S` before any."""
+        if contender not in self._last:
+            compiles = [c for _, c, _ in self._last.values()]
+            return max(compiles) + 5.0 if compiles else FIRST_ROW_S
+        b, compile_s, run_s = self._last[contender]
+        return compile_s + (repeats + 1) * run_s * batch / b
+
+    def capped(self, contender: str, batch: int) -> bool:
+        if contender in self.skip:
+            self.skipped.append(f"{contender}: left out (--skip)")
+            return True
+        cap = next((c for prefix, c in CAPS.items() if contender.startswith(prefix)), None)
+        if cap is not None and batch > cap:
+            self.skipped.append(f"{contender} at {batch}: above its cap of {cap} scenarios (CAPS)")
+            return True
+        return False
+
+    def fits(self, contender: str, batch: int, repeats: int) -> bool:
+        predicted = self.predict(contender, batch, repeats)
+        if predicted > self.left():
+            self.skipped.append(
+                f"{contender} at {batch}: predicted {predicted:.0f} s, {max(0.0, self.left()):.0f} s left"
+            )
+            return False
+        return True
+
+    def record(self, row: dict, contender: str | None = None, batch: int | None = None) -> dict:
+        row = {"section": self.section, "dtype": self.dtype, **row}
+        self.rows.append(row)
+        if contender is not None and "compile_s" in row and "run_s" in row:
+            self._last[contender] = (batch or 1, row["compile_s"], row["run_s"])
+        if self.log is not None:
+            with open(self.log, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        return row
+
+    def result(self, **extra) -> dict:
+        return {
+            "dtype": self.dtype,
+            "rows": self.rows,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            **extra,
+        }
+
+
 def _setup(dtype: str):
     """Import JAX, ukjax and the benchmark modules in a worker, then set the dtype's float64 switch (the
     benchmark modules switch float64 on when imported, so the switch is set after them)."""
     sys.path.insert(0, str(HERE))
+    import cuda_lowering  # noqa: F401
     import jax
     import scaling  # noqa: F401
     import throughput  # noqa: F401
     import tune_gradient  # noqa: F401
+    import validate_robots  # noqa: F401
 
     import ukjax
 
@@ -147,8 +272,8 @@ def _peak_device_bytes(jax) -> int | None:
     return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
-def _time(jax, fn, args, repeats: int) -> tuple[float, float, object]:
-    """(compile seconds, best run seconds, outputs) of ``jax.jit(fn)(*args)``."""
+def _time(jax, fn, args, repeats: int) -> tuple[float, float, object, object]:
+    """(compile seconds, best run seconds, outputs, compiled) of ``jax.jit(fn)(*args)``."""
     tic = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - tic
@@ -160,7 +285,7 @@ def _time(jax, fn, args, repeats: int) -> tuple[float, float, object]:
     return compile_s, best, out, compiled
 
 
-def worker_environment(dtype: str, size: dict) -> dict:
+def worker_environment(dtype: str, size: dict, plan: Plan) -> dict:
     import importlib
 
     jax, ukjax = _setup(dtype)
@@ -189,16 +314,65 @@ def worker_environment(dtype: str, size: dict) -> dict:
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
         driver = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()
-    return {"environment": env, "devices": devices, "nvidia_smi": driver, "optional_packages": optional}
+    robot_files = {}
+    for name in ROBOT_FILES:
+        try:
+            robot_files[name] = str(robot_file(name))
+        except FileNotFoundError as error:
+            robot_files[name] = f"unavailable: {error}"
+    return {
+        "environment": env,
+        "devices": devices,
+        "nvidia_smi": driver,
+        "optional_packages": optional,
+        "robot_files": robot_files,
+    }
 
 
-def worker_throughput(dtype: str, size: dict, budget: float) -> dict:
+def _batch_rows(plan: Plan, jax, name, model, fn, make, batches, size, solver="Tsit5", extra=None) -> None:
+    """One row per batch size, in order, while each row's predicted cost fits and none fails; ``extra(batch,
+    run_s, final)`` adds entries to a row."""
+    import numpy as np
+
+    steps, repeats = size["steps"], size["repeats"]
+    for batch in batches:
+        if plan.capped(name, batch) or not plan.fits(name, batch, repeats):
+            break
+        try:
+            args = make(batch)
+            compile_s, run_s, out, compiled = _time(jax, fn, args, repeats)
+        except Exception as error:  # out of memory, a contender that cannot run here: record, go on
+            plan.errors.append(f"{name} at batch {batch}: {type(error).__name__}: {str(error)[:300]}")
+            break
+        final = np.asarray(out)
+        row = {
+            "contender": name,
+            "model": model,
+            "solver": solver,
+            "batch": batch,
+            "steps": steps,
+            "compile_s": compile_s,
+            "run_s": run_s,
+            "scenario_steps_per_s": batch * steps / run_s,
+            "finite_fraction": float(np.isfinite(final).all(axis=tuple(range(1, final.ndim))).mean()),
+            **_memory(compiled, batch),
+        }
+        if extra is not None:
+            row |= extra(batch, run_s, final)
+        plan.record(row, name, batch)
+        del compiled, out, args
+
+
+def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
     jax, ukjax = _setup(dtype)
+    import cuda_lowering
+    import diffrax
     import jax.numpy as jnp
     import numpy as np
     import throughput
     import user_scara
 
+    from ukjax import fused
     from ukjax.models import scara
 
     np_dtype = np.float64 if dtype == "float64" else np.float32
@@ -216,150 +390,263 @@ def worker_throughput(dtype: str, size: dict, budget: float) -> dict:
 
         return run
 
+    def without_entrywise(run):
+        return lambda q0, qd0: cuda_lowering._without_entrywise(lambda: run(q0, qd0))
+
     contenders = {
         "ukjax_scara": on_batch(scara.system(), shipped),
         "ukjax_user_scara": on_batch(user_scara.system(), user_params),
+        # the same with the right-hand side as the plain vmap program (the entrywise evaluation off)
+        "ukjax_user_scara_vmap": without_entrywise(on_batch(user_scara.system(), user_params)),
         "naive_jax_scara": lambda q0, qd0: throughput.naive_jax(q0, qd0, paper, dt, steps=steps)[0],
     }
-    rows, errors = [], []
-    share = budget / max(1, len(contenders) + 3)  # time per contender, its batch sizes together
+    make = lambda b: throughput.scenarios(base, b, 0, np_dtype)
     for name, fn in contenders.items():
-        rows += _batch_rows(
-            jax,
-            name,
-            "scara",
-            fn,
-            lambda b: throughput.scenarios(base, b, 0, np_dtype),
-            size,
-            steps,
-            share,
-            errors,
-            dtype,
-        )
-    rows += _chain_rows(jax, ukjax, size, dtype, np_dtype, 3 * share, errors)
-    return {
-        "dtype": dtype,
-        "steps": steps,
-        "dt": dt,
-        "rows": rows,
-        "errors": errors,
-        "device": str(jax.devices()[0]),
-        "peak_device_bytes": _peak_device_bytes(jax),
-    }
+        _batch_rows(plan, jax, name, "scara", fn, make, size["scara"][name], size)
+    # the fused kernel (ukjax.fused) on the same user-written model, the same Tsit5 steps: its rate, the
+    # arithmetic it achieves (XLA's flop count of one right-hand side x 6 stages per step) against the chip's
+    # peak, and its final states against the XLA program's at the same scenarios (same device)
+    system = user_scara.system()
+    xla_run = on_batch(system, user_params)
+    flops_per_step = 6 * _rhs_flops(jax, system, user_params, make(2))
+    peak = _peak_flops(jax, dtype)
+
+    def fused_run(q0, qd0):
+        field = lambda t, y, p: (y[1], system.acceleration(y[0], y[1], t, p))
+        q, _ = fused.integrate(field, (q0, qd0), user_params, False, t0=0.0, dt=dt, steps_per_save=steps,
+                               num_saves=2, tableau=diffrax.Tsit5.tableau)  # fmt: skip
+        return q[:, -1]
+
+    def fused_extra(batch, run_s, final):
+        out = {
+            "flops_per_scenario_step": flops_per_step,
+            "flop_per_s": flops_per_step * batch * steps / run_s,
+        }
+        if peak:
+            out["peak_flop_per_s"], out["peak_fraction"] = peak, out["flop_per_s"] / peak
+        if batch == size["scara"]["ukjax_user_scara_fused"][0]:
+            reference = np.asarray(jax.jit(xla_run)(*make(batch)))
+            out["max_abs_q_vs_xla_engine"] = float(np.max(np.abs(final - reference)))
+        return out
+
+    name = "ukjax_user_scara_fused"
+    batches = size["scara"][name] if dtype in size.get("fused_dtypes", (dtype,)) else []
+    _batch_rows(plan, jax, name, "scara", fused_run, make, batches, size, extra=fused_extra)
+    return plan.result(
+        steps=steps, dt=dt, device=str(jax.devices()[0]), peak_device_bytes=_peak_device_bytes(jax)
+    )
 
 
-def _batch_rows(jax, name, model, fn, make, size, steps, share, errors, dtype, solver="Tsit5") -> list:
-    """One row per batch size until a row costs more than ``share`` seconds (or fails)."""
-    import numpy as np
-
-    rows, spent = [], 0.0
-    for batch in size["batches"]:
-        if spent > share:
-            errors.append(f"{name}: batch {batch} and larger left out (time share {share:.0f} s spent)")
-            break
-        tic = time.perf_counter()
-        try:
-            args = make(batch)
-            compile_s, run_s, out, compiled = _time(jax, fn, args, size["repeats"])
-        except Exception as error:  # out of memory, a contender that cannot run here: record, go on
-            errors.append(f"{name} at batch {batch}: {type(error).__name__}: {str(error)[:300]}")
-            break
-        final = np.asarray(out)
-        rows.append(
-            {
-                "contender": name,
-                "model": model,
-                "dtype": dtype,
-                "solver": solver,
-                "batch": batch,
-                "steps": steps,
-                "compile_s": compile_s,
-                "run_s": run_s,
-                "scenario_steps_per_s": batch * steps / run_s,
-                "finite_fraction": float(np.isfinite(final).all(axis=tuple(range(1, final.ndim))).mean()),
-                **_memory(compiled, batch),
-            }
-        )
-        spent += time.perf_counter() - tic
-    return rows
+def _rhs_flops(jax, system, params, states) -> float | None:
+    """XLA's floating-point operation count of one scenario's right-hand side (q̈ of the system) on this
+    device, from the compiled program's cost analysis."""
+    q, qd = (x[0] for x in states)
+    try:
+        compiled = jax.jit(lambda q, qd: system.acceleration(q, qd, 0.0, params)).lower(q, qd).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        return float(cost["flops"])
+    except Exception:  # a backend without cost analysis
+        return None
 
 
-def _chain_rows(jax, ukjax, size, dtype, np_dtype, share, errors) -> list:
-    """The pinned chain: ukjax's tree model with RK4 against MJX and MJWarp (RK4), where they import."""
+PEAK_FLOPS = {"H100": {"float64": 34e12, "float32": 67e12}, "H200": {"float64": 34e12, "float32": 67e12}}
+"""Vector (non-tensor-core) peak of the SXM parts by the vendor's datasheets, FLOP/s."""
+
+
+def _peak_flops(jax, dtype: str) -> float | None:
+    kind = jax.devices()[0].device_kind
+    return next((v[dtype] for k, v in PEAK_FLOPS.items() if k in kind), None)
+
+
+def robot_file(name: str) -> Path:
+    """The URDF of a robot of example-robot-data: from the installed package, else from the folder
+    ``UKJAX_ROBOT_DATA`` names (example-robot-data's ``robots`` folder, or a copy of the files used)."""
+    from ukjax.studies._common import example_robot_file
+
+    relative = ROBOT_FILES[name]
+    if Path(relative).is_absolute():
+        return Path(relative)
+    folder = os.environ.get("UKJAX_ROBOT_DATA")
+    if folder and (Path(folder) / relative).is_file():
+        return Path(folder) / relative
+    return example_robot_file(relative)
+
+
+def _with_looped_tree_scans(thunk):
+    """``thunk()`` traced with the kinematic tree's recursions as ``lax.scan`` loops on every platform, as
+    they were before they were unrolled for the GPU (``ukjax.multibody._scan_per_platform``)."""
+    import jax
+
+    from ukjax import multibody
+
+    original = multibody._scan_per_platform
+
+    def looped(step, init, xs, reverse):
+        return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse)[1]
+
+    multibody._scan_per_platform = looped
+    try:
+        return thunk()
+    finally:
+        multibody._scan_per_platform = original
+
+
+def worker_robots(dtype: str, size: dict, plan: Plan) -> dict:
+    """Kinematic trees with RK4: ukjax's tree model of the pinned chain and the UR5 and Panda loaded from
+    their URDFs, then MJX and MJWarp on the same models (the chain's MJCF from ``benchmarks/scaling.py``,
+    the robots' URDFs compiled by MuJoCo without visual and collision elements; no contacts, no limits)."""
+    jax, ukjax = _setup(dtype)
     import jax.numpy as jnp
     import numpy as np
     import scaling
 
+    from ukjax import robots
     from ukjax.models import chain
 
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    cast = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, np_dtype), tree)
     links, steps, dt = size["chain_links"], size["steps"], size["dt"]
-    params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, np_dtype), chain.default_params(links))
-    system = chain.multibody_system(links)
     t1 = steps * dt
+    models = {}  # name -> (system, params, make(batch), MuJoCo model factory)
 
-    def make(batch):
+    def chain_states(batch):
         q0, qd0 = chain.scenarios(chain.default_params(links), batch, seed=0)
         return jnp.asarray(q0, np_dtype), jnp.asarray(qd0, np_dtype)
 
-    def ukjax_chain(q0, qd0):
-        sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, solver=ukjax.RK4())
-        return sol.q[:, -1]
+    def chain_mujoco():
+        import mujoco
 
-    rows = _batch_rows(
-        jax,
-        "ukjax_tree_chain",
-        f"chain{links}",
-        ukjax_chain,
-        make,
-        size,
-        steps,
-        share / 3,
-        errors,
-        dtype,
-        solver="RK4",
-    )
-    for impl in ("jax", "warp"):
-        name = f"mjx_{impl}_chain" if impl == "jax" else "mjwarp_chain"
+        return mujoco.MjModel.from_xml_string(scaling.mjcf(chain.default_params(links), 1, dt, "RK4"))
+
+    for name in size["robots"]:
         try:
-            import mujoco
-            from mujoco import mjx
-
-            mjm = mujoco.MjModel.from_xml_string(scaling.mjcf(chain.default_params(links), 1, dt, "RK4"))
-            model = mjx.put_model(mjm, impl=impl)
-            blank = mjx.make_data(model, impl=impl)
-        except Exception as error:  # not installed here, or no GPU for MJWarp
-            errors.append(f"{name}: not measured ({type(error).__name__}: {str(error)[:200]})")
+            path = robot_file(name)
+            robot = robots.load(path)
+        except Exception as error:  # example-robot-data or mujoco missing here
+            plan.errors.append(f"ukjax_{name}: not measured ({type(error).__name__}: {str(error)[:200]})")
             continue
 
-        def run(q0, qd0, model=model, blank=blank):
-            def one(q, qd):
-                data = blank.replace(qpos=q, qvel=qd)
-                data = jax.lax.fori_loop(0, steps, lambda _, d: mjx.step(model, d), data)
-                return data.qpos
+        def robot_states(batch, n=robot.n):
+            rng = np.random.default_rng(0)
+            return (
+                jnp.asarray(rng.uniform(-1.0, 1.0, (batch, n)), np_dtype),
+                jnp.asarray(rng.uniform(-1.0, 1.0, (batch, n)), np_dtype),
+            )
 
-            return jax.vmap(one)(q0, qd0)
+        def robot_mujoco(path=path):
+            import mujoco
+            from validate_robots import mujoco_urdf_model
 
-        rows += _batch_rows(
-            jax, name, f"chain{links}", run, make, size, steps, share / 3, errors, dtype, solver="RK4"
-        )
-    del np
-    return rows
+            model = mujoco_urdf_model(path)
+            model.opt.timestep, model.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
+            off = mujoco.mjtDisableBit.mjDSBL_CONSTRAINT | mujoco.mjtDisableBit.mjDSBL_CONTACT
+            model.opt.disableflags |= off
+            return model
+
+        models[name] = (robot.system(), cast(robot.params), robot_states, robot_mujoco)
+
+    models[f"chain{links}"] = (
+        chain.multibody_system(links),
+        cast(chain.default_params(links)),
+        chain_states,
+        chain_mujoco,
+    )
+    for model, (system, params, make, _) in models.items():
+
+        def run(q0, qd0, system=system, params=params):
+            sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, solver=ukjax.RK4())
+            return sol.q[:, -1]
+
+        batches = size["chains"] if model.startswith("chain") else size["trees"]
+        _batch_rows(plan, jax, f"ukjax_{model}", model, run, make, batches, size, solver="RK4")
+        if model.startswith("chain"):  # before/after: the recursions as the lax.scan loop on every platform
+            looped = lambda q0, qd0, run=run: _with_looped_tree_scans(lambda: run(q0, qd0))
+            name = f"ukjax_{model}_scan"
+            _batch_rows(plan, jax, name, model, looped, make, size["trees_former"], size, solver="RK4")
+    for impl in ("jax", "warp"):
+        for model, (_, _, make, mujoco_model) in models.items():
+            name = f"mjx_{model}" if impl == "jax" else f"mjwarp_{model}"
+            try:
+                from mujoco import mjx
+
+                mx = mjx.put_model(mujoco_model(), impl=impl)
+                blank = mjx.make_data(mx, impl=impl)
+            except Exception as error:  # not installed here, or no GPU for MJWarp (each model says so)
+                plan.errors.append(f"{name}: not measured ({type(error).__name__}: {str(error)[:200]})")
+                continue
+
+            def run(q0, qd0, mx=mx, blank=blank):
+                def one(q, qd):
+                    data = blank.replace(qpos=q, qvel=qd)
+                    data = jax.lax.fori_loop(0, steps, lambda _, d: mjx.step(mx, d), data)
+                    return data.qpos
+
+                return jax.vmap(one)(q0, qd0)
+
+            _batch_rows(plan, jax, name, model, run, make, size["trees_others"], size, solver="RK4")
+    return plan.result(
+        steps=steps, dt=dt, device=str(jax.devices()[0]), peak_device_bytes=_peak_device_bytes(jax)
+    )
 
 
-def worker_gradient(dtype: str, size: dict, budget: float) -> dict:
-    _setup("float64")
+def worker_gradient(dtype: str, size: dict, plan: Plan) -> dict:
+    """The SCARA tuning objective of ``benchmarks/tune_gradient.py``: its forward pass, then its value and
+    gradient in each mode, each compiled and timed as its own row (predicted from the forward pass's)."""
+    jax, _ = _setup("float64")
+    import numpy as np
     import tune_gradient
 
     scenarios, steps = size["gradient"]
-    return tune_gradient.tuner_costs(scenarios, steps, 5e-3, repeats=size["repeats"])
+    dt, repeats = 5e-3, size["repeats"]
+    batch, box, forward_of, gradient_of = tune_gradient._objective(scenarios, steps, dt)
+    space = tune_gradient.tune_scara.space_for(box, 0.5, 200.0)
+    theta = space.init()
+    programs = {"forward": forward_of(space)}
+    programs |= {f"gradient_{mode}": gradient_of(space, mode) for mode in size["gradient_modes"]}
+    out = {}
+    for name, fn in programs.items():
+        # a gradient costs a few forward passes to run and ~2x its compile: predicted from the forward row
+        if name != "forward" and "forward" in plan._last:
+            b, c, r = plan._last["forward"]
+            plan._last[name] = (b, 2.0 * c, 4.0 * r)
+        if not plan.fits(name, scenarios, repeats):
+            continue
+        compile_s, run_s, result, compiled = _time(jax, fn, (theta, batch), repeats)
+        out[name] = result
+        plan.record(
+            {"program": name, "scenarios": scenarios, "steps": steps, "compile_s": compile_s, "run_s": run_s,
+             **_memory(compiled, scenarios)},
+            name,
+            scenarios,
+        )  # fmt: skip
+    runs = {r["program"]: r["run_s"] for r in plan.rows}
+    ratios = {
+        k[len("gradient_") :]: v / runs["forward"]
+        for k, v in runs.items()
+        if k != "forward" and "forward" in runs
+    }
+    grads = {k: np.asarray([float(x) for x in v[1].values()]) for k, v in out.items() if k != "forward"}
+    extra = {}
+    if len(grads) == 2:
+        f, r = grads["gradient_forward"], grads["gradient_reverse"]
+        extra["forward_vs_reverse_relative_difference"] = float(np.linalg.norm(f - r) / np.linalg.norm(r))
+    return plan.result(
+        what="ukjax.tune.batch_loss and batch_value_and_grad, SCARA objective of `ukjax tune scara`, "
+        "2 tuned numbers (log α, log β), Tsit5 fixed step, float64",
+        scenarios=scenarios, steps=steps, dt=dt, grad_over_forward=ratios, target_ratio=3.0,
+        compile_s={r["program"]: r["compile_s"] for r in plan.rows}, **extra,
+    )  # fmt: skip
 
 
-def worker_sweep(dtype: str, size: dict, budget: float) -> dict:
+def worker_sweep(dtype: str, size: dict, plan: Plan) -> dict:
+    """A SCARA sweep (the shipped spec at ``sweep_scenarios``) against one bare ``simulate_batch`` of the
+    same scenarios with the same integrator: overhead = sweep run time / bare run time - 1."""
     jax, ukjax = _setup("float64")
     import jax.numpy as jnp
 
     from ukjax import sweep
-    from ukjax.models import scara
+    from ukjax.sweep import _scenarios
 
     spec = sweep.load_spec("scara").source  # the shipped spec's fields, as read from its TOML (a fresh dict)
     spec["scenarios"] = size["sweep_scenarios"]
@@ -369,6 +656,37 @@ def worker_sweep(dtype: str, size: dict, budget: float) -> dict:
         spec["integrator"].update(
             t1=size["sweep_t1"], max_steps=round(size["sweep_t1"] / dt) + 1, num_saves=5
         )
+    integ = spec["integrator"]
+    steps = round(integ["t1"] / integ["dt"])
+    total = size["sweep_scenarios"]
+    # the bare batch integrates the sweep's own scenarios (drawn beforehand, not timed: the spec varies the
+    # masses, lengths and inertias, so every scenario has its own parameters) with the same integrator and
+    # saves, in one simulate_batch call (as benchmarks/sweep.py does per chunk on a CPU)
+    parsed = sweep.load_spec(spec)
+    model = sweep.load_model(parsed.model)
+    subsweeps = _scenarios.Plan.from_spec(parsed, total)
+    static, _ = _scenarios.integrator_options(parsed, subsweeps, 0)
+    build = jax.jit(jax.vmap(_scenarios.scenario_builder(parsed, subsweeps, model, 0)))
+    params, Q0, QD0, _ = build(jnp.arange(total))
+    ts = jnp.linspace(0.0, integ["t1"], static["num_saves"])
+
+    def bare(Q0, QD0, params):
+        sol = ukjax.simulate_batch(model.system, Q0, QD0, params, batch_params=True, t1=integ["t1"], ts=ts,
+                                   dt=integ["dt"], max_steps=static["max_steps"])  # fmt: skip
+        return sol.q[:, -1]
+
+    result = {"scenarios": total, "steps": steps}
+    if plan.fits("bare_simulate_batch", total, 1):
+        compile_s, bare_s, _, _ = _time(jax, bare, (Q0, QD0, params), 1)
+        plan.record({"program": "bare_simulate_batch", "scenarios": total, "steps": steps,
+                     "compile_s": compile_s, "run_s": bare_s}, "bare_simulate_batch", total)  # fmt: skip
+        result |= {"bare_compile_s": compile_s, "bare_run_s": bare_s}
+        # the sweep compiles its chunk program (~1.6x the bare one's time on the H200, 2026-11-27) and runs
+        # the same scenarios plus its host work
+        plan._last["sweep"] = (total, 1.6 * compile_s, 1.3 * bare_s)
+    del Q0, QD0, params
+    if not plan.fits("sweep", total, 0):
+        return plan.result(**result)
     out = Path(tempfile.mkdtemp(prefix="ukjax-gpu-sweep-"))
     try:
         tic = time.perf_counter()
@@ -377,39 +695,21 @@ def worker_sweep(dtype: str, size: dict, budget: float) -> dict:
         manifest = json.loads((out / "manifest.json").read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    # a bare simulate_batch of one chunk of the same problem (the same spec's integrator, nominal scenario)
-    integ = spec["integrator"]
-    chunk = min(summary.scenarios_total, int(manifest["chunk_size"]))
-    p = scara.default_params()
-    q0, qd0 = scara.initial_state(p)
-    Q0, QD0 = jnp.tile(q0, (chunk, 1)), jnp.tile(qd0, (chunk, 1))
-    ts = jnp.linspace(0.0, integ["t1"], integ["num_saves"])
-
-    def bare(Q0, QD0):
-        sol = ukjax.simulate_batch(
-            scara.system(), Q0, QD0, p, t1=integ["t1"], ts=ts, dt=integ["dt"], max_steps=integ["max_steps"]
-        )
-        return sol.q[:, -1]
-
-    _, bare_s, _, _ = _time(jax, bare, (Q0, QD0), 1)
-    steps = round(integ["t1"] / integ["dt"])
-    per_scenario = summary.run_s / max(1, summary.scenarios_written)
-    return {
-        "scenarios": summary.scenarios_total,
-        "chunks": summary.chunks_total,
-        "chunk_size": chunk,
-        "steps": steps,
-        "compile_s": summary.compile_s,
-        "run_s": summary.run_s,
-        "wall_s": wall,
-        "scenario_steps_per_s": summary.scenarios_written * steps / summary.run_s if summary.run_s else None,
-        "bare_chunk_s": bare_s,
-        "overhead": per_scenario / (bare_s / chunk) - 1.0,
-        "complete": summary.complete,
-    }
+    row = plan.record(
+        {"program": "sweep", "scenarios": summary.scenarios_total, "chunks": summary.chunks_total,
+         "chunk_size": int(manifest["chunk_size"]), "steps": steps, "compile_s": summary.compile_s,
+         "run_s": summary.run_s, "wall_s": wall, "complete": summary.complete}, "sweep", total,
+    )  # fmt: skip
+    result |= {k: row[k] for k in ("chunks", "chunk_size", "compile_s", "run_s", "wall_s", "complete")}
+    result["scenario_steps_per_s"] = (
+        summary.scenarios_written * steps / summary.run_s if summary.run_s else None
+    )
+    if "bare_run_s" in result:
+        result["overhead"] = summary.run_s / result["bare_run_s"] - 1.0
+    return plan.result(**result)
 
 
-def worker_accuracy(dtype: str, size: dict, budget: float, scratch: Path) -> dict:
+def worker_accuracy(dtype: str, size: dict, plan: Plan, scratch: Path) -> dict:
     jax, ukjax = _setup(dtype)
     import jax.numpy as jnp
     import numpy as np
@@ -452,12 +752,26 @@ def worker_accuracy(dtype: str, size: dict, budget: float, scratch: Path) -> dic
         q64 = np.load(reference)
         result["max_abs_q_float32_device_vs_float64_cpu"] = float(np.max(np.abs(q_dev - q64)))
         result["max_abs_q_float32_cpu_vs_float64_cpu"] = float(np.max(np.abs(q_cpu - q64)))
+    plan.record(result)
     return result
 
 
-def worker_tests(dtype: str, size: dict, budget: float, scratch: Path, smoke: bool) -> dict:
+_WORD = r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b"
+_OUTCOME = re.compile(_WORD + r"\s+(tests/\S+::\S+)|(tests/\S+::\S+)\s+" + _WORD)
+
+
+def outcomes(text: str) -> dict:
+    """{test id: outcome} from pytest's verbose output (``-v``, with or without xdist's ``[gwN]`` prefix):
+    read as the tests finish, so a run stopped at its time limit still reports what it ran."""
+    found = {}
+    for m in _OUTCOME.finditer(text):
+        outcome, test = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        found[test] = outcome
+    return found
+
+
+def worker_tests(dtype: str, size: dict, plan: Plan, smoke: bool) -> dict:
     import importlib.util
-    import xml.etree.ElementTree as ET
 
     if importlib.util.find_spec("pytest") is None:
         return {"skipped": "pytest is not installed on this machine"}
@@ -469,78 +783,68 @@ def worker_tests(dtype: str, size: dict, budget: float, scratch: Path, smoke: bo
         if missing:
             left_out[name] = f"needs {', '.join(missing)}"
         else:
-            files.append(str(path))
-    report = scratch / "junit.xml"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-o",
-        "addopts=",  # the project's addopts ask for pytest-xdist, which a GPU machine may lack
-        "-m",
-        "not slow",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={report}",
-        *files,
-    ]
+            files.append(f"tests/{name}")
+    # several workers share the GPU: each allocates what it uses instead of 75 % of the device up front
+    workers = [] if smoke or importlib.util.find_spec("xdist") is None else ["-n", "6"]
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-m", "not slow", "-v",
+               "-p", "no:cacheprovider", *workers, *files]  # fmt: skip
     if smoke:
         command += ["-k", SMOKE_SELECTION]
     tic = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(30.0, budget))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    failed = []
-    if report.exists():
-        root = ET.parse(report).getroot()
-        suite = root if root.tag == "testsuite" else root.find("testsuite")
-        counts = {k: int(suite.get(k, 0)) for k in counts}
-        for case in suite.iter("testcase"):
-            for bad in list(case.findall("failure")) + list(case.findall("error")):
-                failed.append(
-                    {
-                        "test": f"{case.get('classname')}::{case.get('name')}",
-                        "message": (bad.get("message") or "")[:300],
-                    }
-                )
-    return {
+    limit = max(20.0, plan.left() - 5.0)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=limit, env=env)
+        text, returncode, finished = done.stdout + done.stderr, done.returncode, True
+    except subprocess.TimeoutExpired as stopped:
+        text = (
+            (stopped.stdout or b"").decode(errors="replace")
+            if isinstance(stopped.stdout, bytes)
+            else (stopped.stdout or "")
+        )
+        returncode, finished = None, False
+    found = outcomes(text)
+    counts = {k: sum(v == k for v in found.values()) for k in ("PASSED", "FAILED", "ERROR", "SKIPPED")}
+    result = {
         "files": [Path(f).name for f in files],
         "left_out": left_out,
-        "returncode": done.returncode,
-        **counts,
-        "passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
-        "failed": failed[:20],
+        "finished": finished,
+        "time_limit_s": limit,
+        "returncode": returncode,
+        "tests": len(found),
+        "passed": counts["PASSED"],
+        "failures": counts["FAILED"],
+        "errors": counts["ERROR"],
+        "skipped_tests": counts["SKIPPED"],
+        "failed": sorted(t for t, v in found.items() if v in ("FAILED", "ERROR"))[:30],
         "wall_s": time.perf_counter() - tic,
-        "output_tail": done.stdout[-1500:] + done.stderr[-500:],
+        "output_tail": text[-2500:],
     }
+    plan.record({k: v for k, v in result.items() if k != "output_tail"})
+    return result
 
 
 # ================================================================================================ parent
-def run_worker(section: str, dtype: str, args, budget: float, scratch: Path) -> dict:
-    """Run one section (one dtype) in a fresh process; its result, or the error that ended it."""
+def run_worker(section: str, dtype: str, args, deadline: float, scratch: Path, rows: Path) -> dict:
+    """Run one section (one dtype) in a fresh process until ``deadline`` (epoch seconds; killed 30 s after
+    it); its result, or the error that ended it with the rows it had measured."""
     part = scratch / f"{section}-{dtype}.json"
     command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        section,
-        "--dtype",
-        dtype,
-        "--out",
-        str(part),
-        "--scratch",
-        str(scratch),
-        "--budget-s",
-        str(budget),
-    ] + (["--smoke"] if args.smoke else [])
+        sys.executable, __file__, "--worker", section, "--dtype", dtype, "--out", str(part),
+        "--scratch", str(scratch), "--deadline", f"{deadline:.3f}", "--rows", str(rows),
+    ] + (["--smoke"] if args.smoke else [])  # fmt: skip
     tic = time.perf_counter()
+    limit = max(10.0, deadline - time.time()) + 30.0
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=budget + 60)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit)
         tail = (done.stdout[-1000:] + done.stderr[-2000:]).strip()
         ok = done.returncode == 0 and part.exists()
     except subprocess.TimeoutExpired:
-        ok, tail = False, f"timed out after {budget + 60:.0f} s"
+        ok, tail = False, f"killed {limit:.0f} s after it started (its deadline + 30 s)"
     result = json.loads(part.read_text()) if part.exists() else {}
+    if not part.exists() and rows.exists():  # killed: the rows it had appended are all there is
+        lines = [json.loads(line) for line in rows.read_text().splitlines() if line.strip()]
+        result["rows"] = [r for r in lines if r.get("section") == section and r.get("dtype") == dtype]
     result["status"] = "ok" if ok else "error"
     result["wall_s"] = time.perf_counter() - tic
     if not ok:
@@ -551,17 +855,20 @@ def run_worker(section: str, dtype: str, args, budget: float, scratch: Path) -> 
 def summary_rows(results: dict) -> list[list]:
     """The printed table: one line per headline figure."""
     rows = []
-    for part in results.get("throughput", {}).get("parts", []):
-        for r in part.get("rows", []):
-            rows.append(
-                [
-                    f"throughput {r['dtype']}",
-                    f"{r['contender']} ({r['solver']})",
-                    r["batch"],
-                    f"{r['scenario_steps_per_s']:.3g} scen-steps/s",
-                    f"{(r['bytes_per_scenario'] or 0) / 1024:.1f} KiB/scen, compile {r['compile_s']:.1f} s",
-                ]
-            )
+    for section in ("throughput", "robots"):
+        found = results.get(section, {})
+        for part in found.get("parts", [found]):
+            for r in part.get("rows", []):
+                rows.append(
+                    [
+                        f"{section} {r['dtype']}",
+                        f"{r['contender']} ({r['solver']})",
+                        r["batch"],
+                        f"{r['scenario_steps_per_s']:.3g} scen-steps/s",
+                        f"{(r.get('bytes_per_scenario') or 0) / 1024:.1f} KiB/scen, "
+                        f"compile {r['compile_s']:.1f} s",
+                    ]
+                )
     g = results.get("gradient", {})
     for mode, ratio in g.get("grad_over_forward", {}).items():
         rows.append(
@@ -574,14 +881,15 @@ def summary_rows(results: dict) -> list[list]:
             ]
         )
     s = results.get("sweep", {})
-    if "scenarios" in s:
+    if "overhead" in s:
         rows.append(
             [
                 "sweep",
                 "SCARA (shipped spec scara)",
                 s["scenarios"],
                 f"{(s['scenario_steps_per_s'] or 0):.3g} scen-steps/s",
-                f"overhead {100 * s['overhead']:.0f} %",
+                f"overhead {100 * s['overhead']:.0f} % ({s['chunks']} chunks), "
+                f"compile {s['compile_s']:.1f} s",
             ]
         )
     for part in results.get("accuracy", {}).get("parts", []):
@@ -604,7 +912,7 @@ def summary_rows(results: dict) -> list[list]:
                 ", ".join(t["files"]),
                 t["tests"],
                 f"{t['passed']} passed",
-                f"{t['failures'] + t['errors']} failed",
+                f"{t['failures'] + t['errors']} failed" + ("" if t["finished"] else " (stopped at its time)"),
             ]
         )
     return rows
@@ -612,29 +920,38 @@ def summary_rows(results: dict) -> list[list]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="folder for the JSON files (at most 7)")
+    parser.add_argument("--out", required=True, help="folder for the files (at most 8)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, the same code paths (CPU, CI)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="time limit of the whole run (s)")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="time plan of the whole run (s)")
+    parser.add_argument(
+        "--skip", default="", help="comma list of contenders to leave out (rows measured in an earlier call)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float64", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     size = sizes(args.smoke)
+    if args.skip:  # read by every worker's Plan
+        os.environ["UKJAX_GPU_SUITE_SKIP"] = args.skip
     if args.worker:
         scratch = Path(args.scratch)
+        plan = Plan(args.deadline, Path(args.rows) if args.rows else None, args.worker, args.dtype)
         work = {
-            "environment": lambda: worker_environment(args.dtype, size),
-            "tests": lambda: worker_tests(args.dtype, size, args.budget_s, scratch, args.smoke),
-            "throughput": lambda: worker_throughput(args.dtype, size, args.budget_s),
-            "gradient": lambda: worker_gradient(args.dtype, size, args.budget_s),
-            "sweep": lambda: worker_sweep(args.dtype, size, args.budget_s),
-            "accuracy": lambda: worker_accuracy(args.dtype, size, args.budget_s, scratch),
+            "environment": lambda: worker_environment(args.dtype, size, plan),
+            "tests": lambda: worker_tests(args.dtype, size, plan, args.smoke),
+            "throughput": lambda: worker_throughput(args.dtype, size, plan),
+            "robots": lambda: worker_robots(args.dtype, size, plan),
+            "gradient": lambda: worker_gradient(args.dtype, size, plan),
+            "sweep": lambda: worker_sweep(args.dtype, size, plan),
+            "accuracy": lambda: worker_accuracy(args.dtype, size, plan, scratch),
         }[args.worker]
         try:
             result = work()
         except Exception:
-            result = {"error": traceback.format_exc()[-3000:]}
+            result = plan.result(error=traceback.format_exc()[-3000:])
         sys.path.insert(0, str(ROOT))
         from ukjax._io import write_json
 
@@ -650,14 +967,41 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    rows_log = out / "rows.jsonl"
     scratch = Path(tempfile.mkdtemp(prefix="ukjax-gpu-suite-"))
-    results, started = {}, time.perf_counter()
+    results, budgets, started = {}, {}, time.time()
+    end = started + args.budget_s
+
+    def write_summary():
+        done = {s: results[s] for s in results if s != "environment"}
+        for section in SECTIONS:  # sections of an earlier call into the same folder
+            if section not in results and section != "environment" and (out / f"{section}.json").exists():
+                done[section] = json.loads((out / f"{section}.json").read_text())
+        table = summary_rows(done)
+        skipped = {s: [x for p in r.get("parts", [r]) for x in p.get("skipped", [])] for s, r in done.items()}
+        write_json(
+            out / "summary.json",
+            {"schema": SCHEMA, "smoke": args.smoke, "budget_s": args.budget_s, "sizes": size,
+             "environment": results.get("environment"), "statuses": {s: r["status"] for s, r in done.items()},
+             "section_budgets_s": budgets, "skipped": {s: v for s, v in skipped.items() if v},
+             "wall_s": time.time() - started, "table": table},
+        )  # fmt: skip
+        return table, done
+
     try:
-        for section in sections:
-            budget = args.budget_s * SHARES[section] / sum(SHARES[s] for s in sections) * len(SECTIONS) / 6
-            dtypes = DTYPED.get(section, ("float64",))
-            print(f"gpu_suite: {section} ({', '.join(dtypes)}), time limit {budget:.0f} s", flush=True)
-            parts = [run_worker(section, dtype, args, budget / len(dtypes), scratch) for dtype in dtypes]
+        for i, section in enumerate(sections):
+            left = end - time.time()
+            budget = max(0.0, left) * SHARES[section] / sum(SHARES[s] for s in sections[i:])
+            budgets[section] = budget
+            dtypes = size.get("dtypes", {}).get(section, DTYPED.get(section, ("float64",)))
+            print(
+                f"gpu_suite: {section} ({', '.join(dtypes)}), {budget:.0f} s of {left:.0f} s left", flush=True
+            )
+            parts = []
+            section_end = time.time() + budget
+            for j, dtype in enumerate(dtypes):  # each dtype an equal share of what the section has left
+                deadline = time.time() + (section_end - time.time()) / (len(dtypes) - j)
+                parts.append(run_worker(section, dtype, args, deadline, scratch, rows_log))
             result = {"parts": parts} if len(parts) > 1 else parts[0]
             result |= {
                 "schema": SCHEMA,
@@ -665,30 +1009,19 @@ def main(argv=None) -> int:
                 "smoke": args.smoke,
                 "status": "ok" if all(p["status"] == "ok" for p in parts) else "error",
             }
-            write_json(out / f"{section}.json", result, with_environment=False)
+            if section != "environment":
+                write_json(out / f"{section}.json", result, with_environment=False)
             results[section] = result
+            write_summary()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    for section in SECTIONS:  # sections of an earlier call into the same folder
-        if section not in results and (out / f"{section}.json").exists():
-            results[section] = json.loads((out / f"{section}.json").read_text())
-    rows = summary_rows(results)
-    statuses = {s: results[s]["status"] for s in results}
-    write_json(
-        out / "summary.json",
-        {
-            "schema": SCHEMA,
-            "smoke": args.smoke,
-            "statuses": statuses,
-            "sizes": size,
-            "wall_s": time.perf_counter() - started,
-            "table": rows,
-        },
-    )
+    rows, done = write_summary()
+    statuses = {s: r["status"] for s, r in {**done, **{k: v for k, v in results.items()}}.items()}
     width = [max(len(str(r[i])) for r in rows) if rows else 0 for i in range(5)]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, width, strict=True)))
-    print("gpu_suite: " + ", ".join(f"{s} {v}" for s, v in statuses.items()) + f"; files in {out}")
+    print(f"gpu_suite: {time.time() - started:.0f} s of a {args.budget_s:.0f} s plan; "
+          + ", ".join(f"{s} {v}" for s, v in statuses.items()) + f"; files in {out}")  # fmt: skip
     return 0 if all(v == "ok" for v in statuses.values()) else 1
 
 

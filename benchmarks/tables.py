@@ -506,6 +506,42 @@ def gpu_throughput() -> str:
     return table(header, rows, ["---", "---:", "---:", "---:"])
 
 
+GPU_RUNS_AFTER = ("gpu-h200-2026-11-27-run1", "gpu-h200-2026-11-27-run2")
+"""The two runs of the reworked suite (one H200 each, the same day; their summary.json holds the
+environment): issues 40-42."""
+
+GPU_AFTER_CONTENDERS = {
+    "ukjax_scara": "ukjax, shipped SCARA, Tsit5",
+    "ukjax_user_scara": "ukjax, user-written SCARA, Tsit5 (entrywise right-hand side)",
+    "ukjax_user_scara_vmap": "ukjax, user-written SCARA, Tsit5 (plain vmap right-hand side)",
+    "naive_jax_scara": "naive JAX (eigh + pinv under vmap), Tsit5",
+    "ukjax_ur5": "ukjax, UR5 from its URDF, RK4",
+    "ukjax_panda": "ukjax, Panda from its URDF, RK4",
+}
+
+
+def gpu_after() -> str:
+    """The reworked suite's rows (every row as it was measured, from rows.jsonl of both runs)."""
+    rows_in = []
+    for run in GPU_RUNS_AFTER:
+        lines = (RESULTS / run / "rows.jsonl").read_text().splitlines()
+        rows_in += [json.loads(line) | {"run": run[-4:]} for line in lines if line.strip()]
+    rows = []
+    for contender, label in GPU_AFTER_CONTENDERS.items():
+        for batch in sorted({r["batch"] for r in rows_in if r.get("contender") == contender}):
+            cells = [label, f"{batch:.0e}".replace("e+0", "e")]
+            for dtype in ("float64", "float32"):
+                found = [r for r in rows_in if (r.get("contender"), r.get("batch"), r["dtype"]) ==
+                         (contender, batch, dtype)]  # fmt: skip
+                cells.append(
+                    f"{_rate(found[0]['scenario_steps_per_s'])} ({figures(found[0]['run_s'])} s; "
+                    f"compile {figures(found[0]['compile_s'])} s; {found[0]['run']})" if found else "-"
+                )
+            rows.append(cells)
+    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile; run)", "float32"]
+    return table(header, rows, ["---", "---:", "---:", "---:"])
+
+
 def _rate(x: float) -> str:
     """1.35e8: three significant figures for the GPU rates the README quotes."""
     mantissa, exponent = f"{x:.2e}".split("e")
@@ -514,6 +550,7 @@ def _rate(x: float) -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "gpu-throughput": gpu_throughput,
+    "gpu-after": gpu_after,
     "user-model": user_model,
     "throughput": throughput,
     "default-method": default_method,

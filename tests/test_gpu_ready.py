@@ -64,18 +64,24 @@ def test_jax_version_is_reported_against_the_tested_range():
     assert info["in_range"], f"this jax ({jax.__version__}) is outside ukjax's tested range {info}"
 
 
-SUITE_FILES = {"environment", "tests", "throughput", "gradient", "sweep", "accuracy", "summary"}
+SUITE_FILES = {"summary", "rows", "throughput", "robots", "gradient", "sweep", "accuracy", "tests"}
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-suite")
-    # The time shares of --budget-s size a GPU run; here they only guard against a hang. A smoke section's
-    # cost is compilation, which a loaded 2-core machine stretches 3x (the gradient section, which compiles
-    # both gradient modes, ran past the default 65 + 60 s at load 8), so the budget is generous.
+    # --budget-s sizes a GPU run's time plan; here it only guards against a hang. A smoke section's cost is
+    # compilation, which a loaded 2-core machine stretches 3x, so the plan is generous.
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--smoke", "--out", str(out),
-         "--budget-s", "2400"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_suite.py"),
+            "--smoke",
+            "--out",
+            str(out),
+            "--budget-s",
+            "2400",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -88,11 +94,18 @@ def test_gpu_suite_smoke_writes_every_section(smoke):
     out, done = smoke
     files = {p.stem for p in out.iterdir()}
     assert files == SUITE_FILES, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(files) <= 8  # what one GPU lease brings back
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["smoke"] is True and summary["schema"] == 1
+    assert summary["smoke"] is True and summary["schema"] == 2
     bad = {s: json.loads((out / f"{s}.json").read_text()).get("error") for s in summary["statuses"]}
     assert all(v == "ok" for v in summary["statuses"].values()), {s: e for s, e in bad.items() if e}
     assert done.returncode == 0 and "gpu_suite:" in done.stdout
+    # every measured row is in the log, written as it was measured (a killed worker keeps its rows)
+    logged = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    throughput_rows = [
+        r for p in json.loads((out / "throughput.json").read_text())["parts"] for r in p["rows"]
+    ]
+    assert [r for r in logged if r["section"] == "throughput"] == throughput_rows
 
 
 def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
@@ -102,24 +115,64 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
     assert [p["dtype"] for p in parts] == ["float64", "float32"]
     for part in parts:
         contenders = {r["contender"] for r in part["rows"]}
-        assert {"ukjax_scara", "ukjax_user_scara", "naive_jax_scara", "ukjax_tree_chain"} <= contenders
+        assert {"ukjax_scara", "ukjax_user_scara", "ukjax_user_scara_vmap", "naive_jax_scara"} <= contenders
         for row in part["rows"]:
             assert row["scenario_steps_per_s"] > 0 and row["finite_fraction"] == 1.0
             assert row["compile_s"] > 0 and row["dtype"] == part["dtype"]
-        missing = {"mjx_jax_chain", "mjwarp_chain"} - contenders
-        assert all(any(m in e for e in part["errors"]) for m in missing)  # a contender left out says why
-    assert set(read("gradient")["grad_over_forward"]) == {"forward", "reverse"}
-    assert all(ratio > 0 for ratio in read("gradient")["grad_over_forward"].values())
+    robots = read("robots")
+    contenders = {r["contender"] for r in robots["rows"]}
+    assert {"ukjax_chain4", "ukjax_chain4_scan", "ukjax_arm2"} <= contenders  # the tree, before/after, a URDF
+    assert all(r["finite_fraction"] == 1.0 for r in robots["rows"])
+    for other in ("mjx_chain4", "mjwarp_chain4"):  # a contender left out says why
+        assert other in contenders or any(other in e for e in robots["errors"])
+    gradient = read("gradient")
+    assert {r["program"] for r in gradient["rows"]} == {"forward", "gradient_forward"}
+    assert gradient["grad_over_forward"]["forward"] > 0
     sweep = read("sweep")
-    assert sweep["complete"] and sweep["scenarios"] == 16
+    assert sweep["complete"] and sweep["scenarios"] == 16 and sweep["overhead"] > -1
     accuracy = read("accuracy")["parts"]
     assert accuracy[0]["max_abs_q_device_vs_cpu"] == 0.0  # on a CPU-only machine both runs are the CPU's
     # float32 against float64 after 20 fixed steps of 5 ms: round-off, well above 0 and below 1e-3 rad
     assert 0 < accuracy[1]["max_abs_q_float32_cpu_vs_float64_cpu"] < 1e-3
     tests = read("tests")
-    assert tests["passed"] >= 1 and tests["failures"] == tests["errors"] == 0
-    env = read("environment")
+    assert tests["passed"] >= 1 and tests["failures"] == tests["errors"] == 0 and tests["finished"]
+    env = json.loads((out / "summary.json").read_text())["environment"]
     assert env["environment"]["versions"]["jax"] == jax.__version__ and env["devices"]
+
+
+def test_time_plan_predicts_skips_and_caps():
+    """A row whose predicted cost does not fit before the deadline is skipped with a message, a capped
+    contender stops at its cap, and a prediction scales the previous row's run time with the batch."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import time
+
+    import gpu_suite
+
+    plan = gpu_suite.Plan(time.time() + 100.0, None, "throughput", "float64")
+    assert plan.predict("a", 10, 2) == gpu_suite.FIRST_ROW_S
+    plan.record({"compile_s": 5.0, "run_s": 1.0}, "a", 10)
+    assert plan.predict("a", 100, 2) == 5.0 + 3 * 10.0
+    assert plan.predict("b", 100, 2) == 5.0 + 5.0  # a first row: the slowest compile so far + 5 s
+    assert plan.fits("a", 100, 2) and not plan.fits("a", 1000, 2)
+    assert "a at 1000: predicted 305 s" in plan.skipped[-1]
+    assert plan.capped("naive_jax_scara", 100_000) and not plan.capped("naive_jax_scara", 10_000)
+    assert not plan.capped("ukjax_scara", 10**7)
+
+
+def test_pytest_outcomes_are_read_as_tests_finish():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_suite
+
+    text = (
+        "[gw0] [ 50%] PASSED tests/test_a.py::test_one \n"
+        "tests/test_b.py::test_two[x] FAILED    [100%]\n"
+        "[gw1] [ 75%] SKIPPED tests/test_c.py::test_three \n"
+    )
+    assert gpu_suite.outcomes(text) == {
+        "tests/test_a.py::test_one": "PASSED",
+        "tests/test_b.py::test_two[x]": "FAILED",
+        "tests/test_c.py::test_three": "SKIPPED",
+    }
 
 
 def test_user_written_scara_matches_the_closed_form_of_the_paper():

@@ -221,7 +221,8 @@ def _launch(program: _Program, tableau_stages, steps: int, tile: int, interpret:
         t_start, h = shared_ref[0], shared_ref[1]
         y = vectors[:n_state]
         rhs = program.rhs_on_entries(vectors[n_state:], shared, tile)
-        rhs = _in_kernel(rhs)
+        if not interpret:  # interpret mode is XLA:CPU code: its fusion boundaries keep it quick to compile
+            rhs = _in_kernel(rhs)
         rhs_vectors = lambda t, y_: [jnp.broadcast_to(v, (tile,)).astype(program.dtype) for v in rhs(t, y_)]
 
         def body(_, carry):
