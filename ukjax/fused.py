@@ -56,28 +56,50 @@ def _stages(tableau) -> tuple[tuple[float, tuple[float, ...]], ...]:
     return tuple((c[i], a[i]) for i in range(used)), tuple(b[:used])
 
 
-def _combine(base, terms):
-    """base + Σ weight · increment over (weight, increment) pairs with a non-zero weight (entries)."""
-    out = base
-    for weight, increment in terms:
-        if weight != 0.0:
-            out = out + weight * increment
-    return out
+def _pick(i, values, dtype):
+    """values[i] for a traced stage index i and constant values, as Σⱼ valuesⱼ · [i = j] (exact: one term
+    is the value, the others 0; Pallas's Triton lowering mistypes a select between scalars)."""
+    return _weighted_sum(list(values), [_indicator(i, j, dtype) for j in range(len(values))])
+
+
+def _indicator(i, j, dtype):
+    """1.0 where the traced index i equals j, else 0.0."""
+    return (i == j).astype(dtype)
+
+
+def _weighted_sum(weights, vectors):
+    """Σ weights[j] · vectors[j]."""
+    total = weights[0] * vectors[0]
+    for w, v in zip(weights[1:], vectors[1:], strict=True):
+        total = total + w * v
+    return total
 
 
 def _rk_step(rhs, tableau_stages, t, h, y):
-    """One explicit Runge-Kutta step on entries: y is a list of entries (vectors over the tile)."""
+    """One explicit Runge-Kutta step on entries (y: a list of vectors over the tile), its stages a
+    ``fori_loop`` whose body evaluates the right-hand side once: stage i forms yᵢ = y + Σⱼ aᵢⱼ kⱼ with the
+    tableau's row i picked by the loop index (kⱼ = 0 for the stages not yet computed, so the sum runs over
+    all of them), evaluates kᵢ = h f(t + cᵢ h, yᵢ) and stores it; then y₁ = y + Σᵢ bᵢ kᵢ. One copy of the
+    right-hand side in the kernel instead of one per stage: 4-6x less code to compile (the kernel's
+    compilation, not its arithmetic, is what a large model makes expensive)."""
     stages, b = tableau_stages
-    ks = []
-    for c, a in stages:
-        yi = (
-            y
-            if not ks
-            else [_combine(y[e], [(a[j], ks[j][e]) for j in range(len(ks))]) for e in range(len(y))]
-        )
-        f = rhs(t + c * h, yi)
-        ks.append([h * fe for fe in f])
-    return [_combine(y[e], [(b[j], ks[j][e]) for j in range(len(ks))]) for e in range(len(y))]
+    s = len(stages)
+    rows = [[a[j] if j < len(a) else 0.0 for j in range(s)] for _, a in stages]
+    c = [ci for ci, _ in stages]
+
+    def stage(i, ks):
+        dtype = y[0].dtype
+        weights = [_pick(i, [rows[r][j] for r in range(s)], dtype) for j in range(s)]
+        yi = [y[e] + _weighted_sum(weights, [k[e] for k in ks]) for e in range(len(y))]
+        k_new = [h * fe for fe in rhs(t + _pick(i, c, dtype) * h, yi)]
+        # kᵢ stored by blending with the indicator of stage i (exact for finite values: 1·k + 0·old)
+        hit = [_indicator(i, j, dtype) for j in range(s)]
+        return tuple(tuple(hit[j] * k_new[e] + (1.0 - hit[j]) * ks[j][e] for e in range(len(y)))
+                     for j in range(s))  # fmt: skip
+
+    zeros = tuple(jnp.zeros_like(v) for v in y)
+    ks = jax.lax.fori_loop(0, s, stage, tuple(zeros for _ in range(s)))
+    return [y[e] + _weighted_sum(list(b), [k[e] for k in ks]) for e in range(len(y))]
 
 
 class _Program:
