@@ -348,3 +348,44 @@ def lowered_for_cuda(fn, *args) -> str:
 
 __all__: list[Any] = ["integrate", "DEFAULT_TILE", "INTERPRET_TILE", "lowered_for_cuda"]
 del functools
+
+
+def steps_between_saves(ts, t0, dt) -> int | None:
+    """The number of fixed steps between consecutive saved times when they are evenly spaced on the step grid
+    from t0 (ts[0] = t0, ts[k] = t0 + k m dt for an integer m >= 1, to 1e-9 relative); None otherwise or
+    where the times are not known on the host (traced)."""
+    try:
+        ts, t0, dt = np.asarray(ts, np.float64), float(t0), float(dt)
+    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+    if (
+        ts.ndim != 1
+        or ts.size < 2
+        or not np.all(np.isfinite(ts))
+        or abs(ts[0] - t0) > 1e-12 * max(1.0, abs(t0))
+    ):
+        return None
+    m = (ts[1] - ts[0]) / dt
+    steps = int(round(m))
+    if steps < 1 or abs(m - steps) > 1e-9 * steps:
+        return None
+    grid = t0 + np.arange(ts.size) * steps * dt
+    return steps if np.allclose(ts, grid, rtol=1e-12, atol=1e-12 * max(1.0, abs(float(ts[-1])))) else None
+
+
+def reason_not_applicable(system, config, numbers) -> str | None:
+    """Why the fused kernel cannot run this simulation (None where it can): it runs fixed-step explicit
+    Runge-Kutta solves without a projection, saved on the step grid; whether the right-hand side has entry
+    rules is checked when it is traced (:func:`integrate`)."""
+    import diffrax
+
+    solver = config.solver
+    if config.adaptive or numbers.controller is not None or not config.has_dt0:
+        return "it integrates with a fixed step only (give dt, no stepsize_controller)"
+    if not isinstance(solver, diffrax.AbstractERK) or getattr(solver.tableau, "implicit", False):
+        return f"it runs explicit Runge-Kutta solvers only (RK4, Tsit5, ...), not {type(solver).__name__}"
+    if system.normalize is not None:
+        return "the system's coordinates are projected onto a manifold after every step (ball or free joints)"
+    if steps_between_saves(numbers.ts, numbers.t0, numbers.dt) is None:
+        return "the saved times must be t0 + k m dt for an integer m (evenly spaced on the step grid)"
+    return None
