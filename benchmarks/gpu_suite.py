@@ -366,13 +366,11 @@ def _batch_rows(plan: Plan, jax, name, model, fn, make, batches, size, solver="T
 def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
     jax, ukjax = _setup(dtype)
     import cuda_lowering
-    import diffrax
     import jax.numpy as jnp
     import numpy as np
     import throughput
     import user_scara
 
-    from ukjax import fused
     from ukjax.models import scara
 
     np_dtype = np.float64 if dtype == "float64" else np.float32
@@ -403,7 +401,8 @@ def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
     make = lambda b: throughput.scenarios(base, b, 0, np_dtype)
     for name, fn in contenders.items():
         _batch_rows(plan, jax, name, "scara", fn, make, size["scara"][name], size)
-    # the fused kernel (ukjax.fused) on the same user-written model, the same Tsit5 steps: its rate, the
+    # the fused engine (simulate_batch(engine="fused"): one kernel per save interval, ukjax.fused) on the same
+    # user-written model, the same Tsit5 steps: its rate, the
     # arithmetic it achieves (XLA's flop count of one right-hand side x 6 stages per step) against the chip's
     # peak, and its final states against the XLA program's at the same scenarios (same device)
     system = user_scara.system()
@@ -412,10 +411,8 @@ def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
     peak = _peak_flops(jax, dtype)
 
     def fused_run(q0, qd0):
-        field = lambda t, y, p: (y[1], system.acceleration(y[0], y[1], t, p))
-        q, _ = fused.integrate(field, (q0, qd0), user_params, False, t0=0.0, dt=dt, steps_per_save=steps,
-                               num_saves=2, tableau=diffrax.Tsit5.tableau)  # fmt: skip
-        return q[:, -1]
+        sol = ukjax.simulate_batch(system, q0, qd0, user_params, t1=t1, ts=[0.0, t1], dt=dt, engine="fused")
+        return sol.q[:, -1]
 
     def fused_extra(batch, run_s, final):
         out = {

@@ -43,7 +43,9 @@ def test_a_second_process_reads_the_compiled_simulation_from_the_cache(tmp_path)
         for _ in range(2)
     ]
     first, second = (int(out.split("hits")[-1]) for out in runs)
-    assert first == 0 and second >= 1, runs
+    # every program is cached (however fast it compiled), so a small program the first process compiles
+    # twice is already read back there; the second process reads back more, the simulation among them
+    assert second > first, runs
     assert any(path.name.startswith("jit__simulate_many") for path in tmp_path.iterdir())
 
 

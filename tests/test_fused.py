@@ -146,3 +146,63 @@ def test_a_right_hand_side_without_entry_rules_is_refused():
     with pytest.raises(ValueError, match="use the XLA engine"):
         fused.integrate(field, y0, {"M": jnp.eye(2)}, False, t0=0.0, dt=DT, steps_per_save=2, num_saves=2,
                         tableau=ukjax.RK4.tableau)  # fmt: skip
+
+
+def test_simulate_batch_engine_fused_equals_the_xla_engine():
+    """``simulate_batch(engine="fused")``: the whole Solution (states, accelerations, constraint forces,
+    violations, status, step counts) as the XLA engine gives it, and says which engine ran."""
+    system, params, q0, qd0 = _case("scara")
+    rng = np.random.default_rng(1)
+    Q0 = jnp.asarray(np.asarray(q0) + 1e-3 * rng.normal(size=(BATCH, 4)))
+    QD0 = jnp.tile(qd0, (BATCH, 1))
+    t1 = (SAVES - 1) * STEPS_PER_SAVE * DT
+    kw = dict(t1=t1, ts=jnp.linspace(0.0, t1, SAVES), dt=DT, solver=ukjax.RK4())
+    xla = ukjax.simulate_batch(system, Q0, QD0, params, engine="xla", **kw)
+    kernel = ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw)
+    assert (xla.engine, kernel.engine) == ("xla", "fused")
+    for name in ("q", "qd", "qdd", "position_violation", "velocity_violation"):
+        a, b = getattr(xla, name), getattr(kernel, name)
+        assert float(jnp.max(jnp.abs(a - b))) <= 1e-13 * float(jnp.max(jnp.abs(a))), name
+    np.testing.assert_allclose(kernel.constraint_force.total, xla.constraint_force.total, rtol=0, atol=1e-9)
+    for name in ("status", "num_steps", "num_accepted_steps", "num_function_evals"):
+        np.testing.assert_array_equal(getattr(kernel, name), getattr(xla, name), err_msg=name)
+
+
+def test_fused_engine_derivatives_are_the_xla_engines_in_both_modes():
+    """Reverse mode (the default adjoint) and forward mode (``adjoint=diffrax.ForwardMode()``) through the
+    fused engine give the XLA engine's derivatives: the kernel's states carry the XLA program's pullback or
+    JVP. To 1e-12 relative: the same XLA program computes both, and only the loss's cotangent 2 q comes
+    from each engine's own final states (which differ in the last bits)."""
+    system, params, q0, qd0 = _case("random")
+    Q0, QD0 = jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1))
+    kw = dict(t1=4 * DT, ts=jnp.linspace(0.0, 4 * DT, 3), dt=DT, solver=ukjax.RK4())
+
+    def loss(K, engine, adjoint=None):
+        p = dict(params, K=K)
+        sol = ukjax.simulate_batch(system, Q0, QD0, p, engine=engine, adjoint=adjoint, **kw)
+        return jnp.sum(sol.q[:, -1] ** 2)
+
+    same = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    same(jax.grad(loss)(params["K"], "fused"), jax.grad(loss)(params["K"], "xla"))
+    forward = diffrax.ForwardMode()
+    same(jax.jacfwd(loss)(params["K"], "fused", forward), jax.jacfwd(loss)(params["K"], "xla", forward))
+
+
+def test_engine_choice_and_refusals():
+    system, params, q0, qd0 = _case("random")
+    Q0, QD0 = jnp.tile(q0, (2, 1)), jnp.tile(qd0, (2, 1))
+    # on this CPU "auto" takes the XLA program (the kernel is for GPUs; interpret mode only tests it)
+    sol = ukjax.simulate_batch(system, Q0, QD0, params, t1=4 * DT, ts=jnp.linspace(0, 4 * DT, 3), dt=DT)
+    assert sol.engine == "xla"
+    refusals = {
+        "fixed step only": dict(t1=0.01),  # adaptive
+        "evenly spaced on the step grid": dict(t1=4 * DT, dt=DT),  # the default saves are not on the grid
+        "explicit Runge-Kutta": dict(
+            t1=4 * DT, ts=jnp.linspace(0, 4 * DT, 3), dt=DT, solver=diffrax.Kvaerno5()
+        ),
+    }
+    for reason, kw in refusals.items():
+        with pytest.raises(ValueError, match=reason):
+            ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        ukjax.simulate_batch(system, Q0, QD0, params, t1=4 * DT, dt=DT, engine="triton")

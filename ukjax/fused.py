@@ -386,6 +386,17 @@ def reason_not_applicable(system, config, numbers) -> str | None:
         return f"it runs explicit Runge-Kutta solvers only (RK4, Tsit5, ...), not {type(solver).__name__}"
     if system.normalize is not None:
         return "the system's coordinates are projected onto a manifold after every step (ball or free joints)"
-    if steps_between_saves(numbers.ts, numbers.t0, numbers.dt) is None:
+    steps = steps_between_saves(numbers.ts, numbers.t0, numbers.dt)
+    if steps is None:
         return "the saved times must be t0 + k m dt for an integer m (evenly spaced on the step grid)"
+    if abs(float(numbers.t1) - float(numbers.ts[-1])) > 1e-12 * max(1.0, abs(float(numbers.t1))):
+        return "the last saved time must be t1"
     return None
+
+
+def unruled_primitives(field, y_one, args_one) -> set[str]:
+    """The primitives of ``field(t, y, args)`` for one scenario (``y_one``, ``args_one`` without a batch axis)
+    that the entrywise evaluation has no rule for: empty where the fused kernel can run it."""
+    dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
+    closed = jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
+    return _entrywise.unruled_primitives(closed.jaxpr)

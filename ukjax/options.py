@@ -64,8 +64,9 @@ OPTION_DEFAULTS = {
     "throw": False, "dt": None,
 }
 """The keyword options of :func:`~ukjax.simulation.simulate` and their defaults, as its signature (and that of
-:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params`` and ``chunk_size``) gives them; ``t1``
-is required. ``None`` stands for a value chosen at the call (from the dtype, the step, the span)."""
+:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params``, ``chunk_size`` and ``bucket``) gives
+them; ``t1`` is required. ``None`` stands for a value chosen at the call (from the dtype, the step, the
+span)."""
 
 _OPTIONS = ("t1", *OPTION_DEFAULTS)
 
@@ -98,6 +99,14 @@ ENTRYWISE_MAX_N = 8
 ENTRYWISE_MIN_BATCH = 64
 """Fewest scenarios per ``vmap`` (per chunk of :func:`~ukjax.simulation.simulate_batch`) evaluated entry by
 entry; smaller batches use ``vmap``'s program, which compiles faster (SCARA: 3.2 against 3.6 s)."""
+
+
+def _entrywise_pays() -> bool:
+    """Whether the default backend is one where the entrywise right-hand side was measured to pay: the CPU
+    (1.3-1.7x the ``vmap`` program's speed). On one H200 both ran the user-written SCARA at the same rate
+    (1.31e8 float64 scenario-steps/s at 1e6 scenarios; 4.23e8 and 4.27e8 float32) and the ``vmap`` program
+    compiled faster (5.2 against 8.2 s float64): a GPU gets the ``vmap`` program."""
+    return jax.default_backend() == "cpu"
 
 
 class _Config(eqx.Module):
@@ -299,7 +308,9 @@ def _prepare(
         progress=bool(progress),
         throw=bool(throw),
         adjoint=adjoint,
-        entrywise_min_batch=ENTRYWISE_MIN_BATCH if system.n <= ENTRYWISE_MAX_N else None,
+        entrywise_min_batch=(
+            ENTRYWISE_MIN_BATCH if system.n <= ENTRYWISE_MAX_N and _entrywise_pays() else None
+        ),
     )
     nan = jnp.asarray(math.nan, t0.dtype)
     numbers = _Numbers(
@@ -373,6 +384,44 @@ def _times_of(saveat, t0, t1):
     if not parts:
         raise ValueError("saveat saves nothing: give ts, t0=True or t1=True")
     return jnp.concatenate([jnp.ravel(x) for x in parts])
+
+
+def bucket_of(count: int) -> int:
+    """The smallest batch bucket >= ``count``: a power of two or three times one (1, 2, 3, 4, 6, 8, 12, 16,
+    24, 32, 48, 64, 96, 128, 192, 256, ...), two buckets per octave.
+
+    Why two per octave: a study or a sweep runs a few batch sizes near each other (100, 120; 200, 250), and
+    each size compiles the whole simulation again (the SCARA program: ~16 CPU-s of XLA compile and ~4.5 of
+    tracing on the 2-core CPU at load ~7; 100, 120, 200, 250, 1000, 1020 scenarios took 126-131 CPU-s in
+    6 programs, 62-67 CPU-s in 3 with buckets: ``benchmarks/compile_buckets.py``). With two per octave those
+    share a program, for at most 50 % padded scenarios (129 -> 192) and ~20 % on average over sizes; four
+    per octave would bound the padding at 25 % but put 100 and 120 in different buckets."""
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"a batch bucket needs a count >= 1, got {count!r}")
+    power = 1 << (int(count) - 1).bit_length()  # smallest power of two >= count
+    three = 3 * power // 4  # 3 * 2^(k-2): the bucket between power/2 and power
+    return three if power >= 4 and three >= count else power
+
+
+def bucket_size(batch: int, chunk_size: int | None) -> int:
+    """The padded batch that :func:`~ukjax.simulation.simulate_batch` compiles for ``batch`` scenarios in
+    chunks of at most ``chunk_size`` (``None``: one ``vmap``), so that nearby batch sizes share one program.
+
+    Up to one chunk, :func:`bucket_of` the batch, never more than the chunk (the batch stays one ``vmap``, as
+    unpadded); above it, ``chunk_size`` times :func:`bucket_of` the number of chunks (then every chunk is
+    exactly ``chunk_size``: 1000 and 1020 scenarios in chunks of 256 both run 4 x 256)."""
+    if chunk_size is not None and batch > chunk_size:
+        return bucket_of(-(-batch // chunk_size)) * chunk_size
+    bucket = bucket_of(batch)
+    return bucket if chunk_size is None else min(bucket, chunk_size)
+
+
+def vmap_size(batch: int, chunk_size: int | None) -> int:
+    """Scenarios per ``vmap`` when ``batch`` scenarios are split into equal chunks of at most ``chunk_size``
+    (what :func:`~ukjax.simulation.simulate_batch` compiles, and what decides the entrywise evaluation)."""
+    if chunk_size is None or batch <= chunk_size:
+        return batch
+    return -(-batch // -(-batch // chunk_size))
 
 
 def _chunk_size(chunk_size) -> int | None:

@@ -110,6 +110,8 @@ class Solution(eqx.Module):
         num_function_evals: right-hand-side evaluations, counted from the solver's stages (exact for fixed
             step; the adaptive first-step selection may add one or two); -1 for a solver whose count is not
             known.
+        engine: what integrated it: ``"xla"`` (diffrax's solve compiled by XLA) or ``"fused"`` (one
+            kernel per save interval, :mod:`ukjax.fused`; :func:`~ukjax.simulation.simulate_batch`).
 
     After a failure (status other than success, inconsistent_constraints, control_infeasible,
     constraint_violated) the values at saved times past the point of failure are not meaningful (diffrax
@@ -166,6 +168,7 @@ class Solution(eqx.Module):
     num_steps: jax.Array
     num_accepted_steps: jax.Array
     num_function_evals: jax.Array
+    engine: str = eqx.field(static=True, default="xla")
 
     @property
     def ok(self) -> jax.Array:
@@ -225,14 +228,16 @@ class Solution(eqx.Module):
         with np.load(Path(path), allow_pickle=False) as data:
             if "__format__" not in data or str(data["__format__"]) != _SAVE_FORMAT:
                 raise ValueError(f"{path} is not a ukjax Solution file (written by Solution.save)")
-            values = {k: jnp.asarray(data[k]) for k in data.files if k != "__format__"}
+            values = {k: str(data[k]) if data[k].dtype.kind == "U" else jnp.asarray(data[k])
+                      for k in data.files if k != "__format__"}  # fmt: skip
         force = dynamics.ConstraintForce(
             ideal=values.pop("constraint_force.ideal"), nonideal=values.pop("constraint_force.nonideal")
         )
         fields = {f.name for f in dataclasses.fields(cls)}
-        missing = fields - set(values) - {"constraint_force", "u", "servo_residual"}
+        missing = fields - set(values) - {"constraint_force", "u", "servo_residual", "engine"}
         if missing:
             raise ValueError(f"{path}: missing fields {sorted(missing)}")
+        values.setdefault("engine", "xla")  # files written before the engine was recorded
         return cls(constraint_force=force, **{k: values.get(k) for k in fields if k != "constraint_force"})
 
 
