@@ -24,9 +24,6 @@ other platform, and in the tests, Pallas's interpret mode runs the same kernel a
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -346,10 +343,6 @@ def lowered_for_cuda(fn, *args) -> str:
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-__all__: list[Any] = ["integrate", "DEFAULT_TILE", "INTERPRET_TILE", "lowered_for_cuda"]
-del functools
-
-
 def steps_between_saves(ts, t0, dt) -> int | None:
     """The number of fixed steps between consecutive saved times when they are evenly spaced on the step grid
     from t0 (ts[0] = t0, ts[k] = t0 + k m dt for an integer m >= 1, to 1e-9 relative); None otherwise or
@@ -400,3 +393,15 @@ def unruled_primitives(field, y_one, args_one) -> set[str]:
     dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
     closed = jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
     return _entrywise.unruled_primitives(closed.jaxpr)
+
+
+__all__ = [
+    "integrate",
+    "steps_between_saves",
+    "reason_not_applicable",
+    "unruled_primitives",
+    "lowered_for_cuda",
+    "DEFAULT_TILE",
+    "NUM_WARPS",
+    "INTERPRET_TILE",
+]
