@@ -99,5 +99,6 @@ def test_tree_recursions_are_loop_free_on_cuda_and_loops_on_cpu():
     outer = _loops("scara_forward_vmap", "cuda")
     cuda, cpu = _loops("chain8_forward", "cuda"), _loops("chain8_forward", "cpu")
     assert cuda["while_by_depth"] == outer["while_by_depth"], (cuda, outer)
-    inner = sum(v for d, v in cpu["while_by_depth"].items() if int(d) > max(map(int, outer["while_by_depth"])))
+    deepest_outer = max(map(int, outer["while_by_depth"]))
+    inner = sum(v for d, v in cpu["while_by_depth"].items() if int(d) > deepest_outer)
     assert inner >= 2, cpu  # at least one downward and one upward scan per evaluation on the CPU

@@ -180,53 +180,58 @@ def test_batched_by_entries_values_and_derivatives(monkeypatch):
     np.testing.assert_allclose(jvps[1], jvps[0], rtol=1e-13)
 
 
-def test_simulate_batch_runs_entrywise_with_the_same_trajectory(monkeypatch):
-    """simulate_batch of the SCARA evaluates its right-hand side entry by entry (the rule is traced), and
-    the trajectory equals the ordinary vmap program's (200 RK4 steps: rounding differences of the reordered
-    sums stay below 1e-12 rad)."""
+# The SCARA batch of the tests below: two chunks as large as the smallest batch that is evaluated entry by
+# entry (options.ENTRYWISE_MIN_BATCH), 200 RK4 steps. One size and one set of options for the three tests: the
+# run in one piece is computed once (the fixture), the chunked run's program is also the forward-mode test's
+# finite differences (a batch of 64 in one piece and one of 128 compiled two more SCARA programs before).
+SCARA_SIZE = 2 * options.ENTRYWISE_MIN_BATCH
+SCARA_RUN = dict(t1=0.2, dt=1e-3, ts=[0.1, 0.2], solver=ukjax.RK4())
+
+
+def _scara_batch():
     system, p = scara.system(), scara.default_params()
     q0, qd0 = scara.initial_state(p)
-    # A batch as large as the smallest that is evaluated entry by entry (options.ENTRYWISE_MIN_BATCH).
-    offsets = jnp.linspace(0.0, 1e-3, options.ENTRYWISE_MIN_BATCH)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
-    q0s, qd0s = q0 + offsets, jnp.tile(qd0, (options.ENTRYWISE_MIN_BATCH, 1))
+    q0s = q0 + jnp.linspace(0.0, 1e-3, SCARA_SIZE)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
+    return system, p, q0s, jnp.tile(qd0, (SCARA_SIZE, 1))
+
+
+@pytest.fixture(scope="module")
+def scara_whole():
+    """The SCARA batch in one piece, and whether each entrywise evaluation traced for it was fenced."""
+    system, p, q0s, qd0s = _scara_batch()
+    with pytest.MonkeyPatch.context() as patch:
+        calls = _record_evaluations(patch)
+        sol = ukjax.simulate_batch(system, q0s, qd0s, p, chunk_size=None, **SCARA_RUN)
+    return jax.block_until_ready(sol), calls
+
+
+def test_simulate_batch_runs_entrywise_with_the_same_trajectory(scara_whole, monkeypatch):
+    """simulate_batch of the SCARA evaluates its right-hand side entry by entry (the rule is traced), and
+    the trajectory equals the ordinary vmap program's (200 RK4 steps: rounding differences of the reordered
+    sums stay below 1e-12 rad). A batch of exactly ENTRYWISE_MIN_BATCH is evaluated entry by entry too: the
+    chunks of the next test."""
+    system, p, q0s, qd0s = _scara_batch()
+    entrywise, entrywise_calls = scara_whole
+    assert entrywise_calls, "the batched right-hand side was not evaluated entry by entry"
     calls = _record_evaluations(monkeypatch)
-    run = lambda: ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.2, dt=1e-3, ts=[0.1, 0.2],
-                                       solver=ukjax.RK4(), chunk_size=None)  # fmt: skip
-    entrywise = run()
-    assert calls, "the batched right-hand side was not evaluated entry by entry"
     monkeypatch.setattr(options, "ENTRYWISE_MAX_N", -1)
-    calls.clear()
-    ordinary = jax.block_until_ready(
-        ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.2, dt=1e-3, ts=[0.1, 0.2],
-                             solver=ukjax.RK4(), chunk_size=None)  # fmt: skip
-    )
+    ordinary = jax.block_until_ready(ukjax.simulate_batch(system, q0s, qd0s, p, chunk_size=None, **SCARA_RUN))
     assert not calls
     np.testing.assert_allclose(entrywise.q, ordinary.q, rtol=0, atol=1e-12)
     np.testing.assert_allclose(entrywise.qd, ordinary.qd, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(entrywise.status, ordinary.status)
 
 
-def test_chunked_batch_fences_its_values_and_keeps_the_trajectory(monkeypatch):
-    """simulate_batch looping over chunks assembles the entrywise values behind the fence (measured faster
-    there), in one piece it does not; the trajectories agree to rounding (the fence multiplies by 1: the
-    same values; the chunked program is another compilation, 1e-13 rad)."""
-    system, p = scara.system(), scara.default_params()
-    q0, qd0 = scara.initial_state(p)
-    size = 2 * options.ENTRYWISE_MIN_BATCH
-    q0s = q0 + jnp.linspace(0.0, 1e-3, size)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
-    qd0s = jnp.tile(qd0, (size, 1))
+def test_chunked_batch_fences_its_values_and_keeps_the_trajectory(scara_whole, monkeypatch):
+    """simulate_batch looping over chunks (of ENTRYWISE_MIN_BATCH scenarios) assembles the entrywise values
+    behind the fence (measured faster there), in one piece it does not; the trajectories agree to rounding
+    (the fence multiplies by 1: the same values; the chunked program is another compilation, 1e-13 rad)."""
+    system, p, q0s, qd0s = _scara_batch()
+    whole, whole_calls = scara_whole
     calls = _record_evaluations(monkeypatch)
-
-    def run(chunk):
-        calls.clear()
-        sol = ukjax.simulate_batch(system, q0s, qd0s, p, t1=0.05, dt=1e-3, ts=[0.05], solver=ukjax.RK4(),
-                                   chunk_size=chunk)  # fmt: skip
-        return sol, list(calls)
-
-    whole, whole_calls = run(None)
-    chunked, chunked_calls = run(options.ENTRYWISE_MIN_BATCH)
+    chunked = ukjax.simulate_batch(system, q0s, qd0s, p, chunk_size=options.ENTRYWISE_MIN_BATCH, **SCARA_RUN)
     assert whole_calls and not any(whole_calls), "in one piece: entry by entry, not fenced"
-    assert chunked_calls and all(chunked_calls), "over chunks: entry by entry, fenced"
+    assert calls and all(calls), "over chunks: entry by entry, fenced"
     np.testing.assert_allclose(chunked.q, whole.q, rtol=0, atol=1e-13)
     np.testing.assert_allclose(chunked.qd, whole.qd, rtol=0, atol=1e-11)
 
@@ -322,21 +327,17 @@ def test_forward_mode_gradient_of_a_large_batch(monkeypatch):
     tangents run entry by entry (fenced), the program compiles (it did not when the entrywise primal stood
     beside the ordinary tangent rule) and the derivative matches a central difference (step 1e-6 relative:
     agreement to ~1e-6) and reverse mode through the same chunks (the ordinary tangent rule transposed;
-    measured 3e-16)."""
+    measured 3e-16). The SCARA batch and run of the tests above: the central difference's program (values
+    only: the adjoint does not change them) is the chunked test's."""
     import diffrax
 
-    system, p = scara.system(), scara.default_params()
-    q0, qd0 = scara.initial_state(p)
-    size = 2 * options.ENTRYWISE_MIN_BATCH
-    q0s = q0 + jnp.linspace(0.0, 1e-3, size)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])
-    qd0s = jnp.tile(qd0, (size, 1))
-
+    system, p, q0s, qd0s = _scara_batch()
     forward_mode = diffrax.ForwardMode()
 
     def loss(scale, adjoint=forward_mode):
         pp = dict(p, beta=p["beta"] * scale[0], alpha=p["alpha"] * scale[1])
-        sol = ukjax.simulate_batch(system, q0s, qd0s, pp, t1=0.01, dt=1e-3, ts=[0.01], solver=ukjax.RK4(),
-                                   adjoint=adjoint, chunk_size=options.ENTRYWISE_MIN_BATCH)  # fmt: skip
+        sol = ukjax.simulate_batch(system, q0s, qd0s, pp, adjoint=adjoint,
+                                   chunk_size=options.ENTRYWISE_MIN_BATCH, **SCARA_RUN)  # fmt: skip
         return jnp.sum(sol.qd[:, -1] ** 2)
 
     calls = _record_evaluations(monkeypatch)
@@ -346,9 +347,11 @@ def test_forward_mode_gradient_of_a_large_batch(monkeypatch):
     h = 1e-6
     for k in range(2):
         e = jnp.eye(2)[k]
-        difference = (loss(ones + h * e) - loss(ones - h * e)) / (2 * h)
+        difference = (loss(ones + h * e, None) - loss(ones - h * e, None)) / (2 * h)
         np.testing.assert_allclose(tangents[k], difference, rtol=1e-5)
-    np.testing.assert_allclose(jax.grad(lambda s: loss(s, None))(ones), tangents, rtol=1e-12)
+    # reverse mode in one compiled program: an eager grad compiled the forward and transposed halves apart,
+    # with op-by-op glue (this gradient alone: 39 compilations and 44 CPU-s against 14 and 33, load ~8)
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda s: loss(s, None)))(ones), tangents, rtol=1e-12)
 
 
 def test_single_and_batch_agree_on_a_well_conditioned_system(monkeypatch):

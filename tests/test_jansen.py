@@ -97,16 +97,20 @@ def test_driven_simulation_follows_the_closed_form(leg):
     import ukjax
 
     robot, system, params, q0, qd0, jnp = leg
-    rows = np.asarray(jax.jit(lambda q, qd: system.constraint_equations(q, qd, 0.0, params)[0])(q0, qd0))
-    assert rows.shape == (10, 7) and np.linalg.matrix_rank(rows) == 7
 
     def advance(state, _):
         state = ukjax.step(system, state, params, 2e-3, solver=ukjax.RK4())
         loops = jnp.concatenate([c.value(state.q, state.t, params) for c in robot.equality_constraints()])
         return state, (state.q, state.t, robot.point("foot")(state.q, params), loops)
 
+    def run(s):  # the constraint rows at the start and the 50 steps: one compiled program
+        rows = system.constraint_equations(s.q, s.qd, 0.0, params)[0]
+        return rows, jax.lax.scan(advance, s, None, length=50)[1]
+
     start = ukjax.State(q0, qd0, jnp.asarray(0.0))
-    _, (q, t, foot, loops) = jax.jit(lambda s: jax.lax.scan(advance, s, None, length=50))(start)
+    rows, (q, t, foot, loops) = jax.jit(run)(start)
+    rows = np.asarray(rows)
+    assert rows.shape == (10, 7) and np.linalg.matrix_rank(rows) == 7
     assert float(jnp.max(jnp.abs(loops))) < 1e-8
     np.testing.assert_allclose(q[:, 0], 2 * np.pi * np.asarray(t), atol=1e-10)
     theta = jansen.REFERENCE_ANGLE + np.asarray(q[:, 0])
@@ -115,26 +119,44 @@ def test_driven_simulation_follows_the_closed_form(leg):
     assert float(t[-1]) == pytest.approx(0.1) and float(theta[-1] - theta[0]) > 0.5  # it turned
 
 
-def test_constraint_forces_match_a_kkt_solve_from_mujoco(leg):
-    """The constraint force Aᵀλ and the crank torque (the drive's multiplier) at two closed-form states
-    against [[M, Aᵀ], [A, 0]] from MuJoCo's mj_fullM, qfrc_bias, mj_jac and mj_jacDot."""
+@pytest.fixture(scope="module")
+def kkt(leg):
+    """The constraint force Aᵀλ, the crank torque (the drive's multiplier) and its forward-mode derivative by
+    the foot triangle's mass at the closed-form states THETAS[1:5], with MuJoCo's KKT references: one compiled
+    program (vmapped over the states, called at the mass and at mass ± h) serves both tests below."""
     import jax
 
     _, system, params, _, _, jnp = leg
     omega = float(params["omega"])
-    forces = jax.jit(
-        lambda q, qd, t: (
-            system.constraint_force(q, qd, t, params).ideal,
-            system.multipliers(q, qd, t, params)[-1][0],
-        )
-    )
-    for angle in THETAS[1:3]:
-        ref = jansen.kkt_reference(angle, omega, float(params["alpha"]), float(params["beta"]))
-        force, torque = forces(
-            jnp.asarray(ref["q"]), jnp.asarray(ref["qd"]), jnp.asarray(ref["q"][0] / omega)
-        )
+    gains = float(params["alpha"]), float(params["beta"])
+    refs = [jansen.kkt_reference(a, omega, *gains) for a in THETAS[1:5]]
+    q = jnp.asarray(np.stack([r["q"] for r in refs]))
+    qd = jnp.asarray(np.stack([r["qd"] for r in refs]))
+    t = q[:, 0] / omega
+
+    def torque(m, q_, qd_, t_):
+        p = dict(params, mass=params["mass"].at[6].set(m))
+        return system.multipliers(q_, qd_, t_, p)[-1][0]
+
+    def everything(m, q_, qd_, t_):
+        p = dict(params, mass=params["mass"].at[6].set(m))
+        force = system.constraint_force(q_, qd_, t_, p).ideal
+        return (force, *jax.jvp(lambda m_: torque(m_, q_, qd_, t_), (m,), (jnp.ones_like(m),)))
+
+    program = jax.jit(jax.vmap(everything, in_axes=(None, 0, 0, 0)))
+    mass, h = params["mass"][6], 1e-3
+    force, values, derivative = program(mass, q, qd, t)
+    central = (program(mass + h, q, qd, t)[1] - program(mass - h, q, qd, t)[1]) / (2 * h)
+    return refs, np.asarray(force), np.asarray(values), np.asarray(derivative), np.asarray(central)
+
+
+def test_constraint_forces_match_a_kkt_solve_from_mujoco(kkt):
+    """The constraint force Aᵀλ and the crank torque (the drive's multiplier) at two closed-form states
+    against [[M, Aᵀ], [A, 0]] from MuJoCo's mj_fullM, qfrc_bias, mj_jac and mj_jacDot."""
+    refs, forces, torques, _, _ = kkt
+    for ref, force, torque in zip(refs[:2], forces[:2], torques[:2], strict=True):
         scale = np.max(np.abs(ref["constraint_force"]))
-        assert np.max(np.abs(np.asarray(force) - ref["constraint_force"])) < 1e-10 * scale
+        assert np.max(np.abs(force - ref["constraint_force"])) < 1e-10 * scale
         assert abs(float(torque) - ref["crank_torque"]) < 1e-10 * scale
 
 
@@ -156,32 +178,14 @@ def test_study_meets_its_stated_tolerance(tmp_path, capsys):
     assert "foot vs closed form" in capsys.readouterr().out
 
 
-def test_crank_torque_under_vmap_and_a_derivative(leg):
+def test_crank_torque_under_vmap_and_a_derivative(kkt):
     """The crank torque (the drive's multiplier) at two closed-form states in one ``vmap``, with its
     derivative by the foot triangle's mass (forward mode): the values equal the KKT solve's, the derivative a
     central difference of the same function (the torque is affine in the mass at fixed centre of mass and
-    inertia, so the difference has no truncation error: bound 1e-8 relative for round-off at step 1e-3 kg)."""
-    import jax
-
-    _, system, params, _, _, jnp = leg
-    omega = float(params["omega"])
-    refs = [jansen.kkt_reference(a, omega, 20.0, 20.0) for a in THETAS[3:5]]
-    q = jnp.asarray(np.stack([r["q"] for r in refs]))
-    qd = jnp.asarray(np.stack([r["qd"] for r in refs]))
-    t = q[:, 0] / omega
-
-    def torque(m, q_, qd_, t_):
-        p = dict(params, mass=params["mass"].at[6].set(m))
-        return system.multipliers(q_, qd_, t_, p)[-1][0]
-
-    def with_derivative(m, q_, qd_, t_):
-        return jax.jvp(lambda m_: torque(m_, q_, qd_, t_), (m,), (jnp.ones_like(m),))
-
-    both = jax.jit(jax.vmap(with_derivative, in_axes=(None, 0, 0, 0)))
-    mass = params["mass"][6]
-    values, derivative = both(mass, q, qd, t)
-    np.testing.assert_allclose(values, [r["crank_torque"] for r in refs], rtol=1e-10, atol=1e-12)
-    h = 1e-3
-    central = (both(mass + h, q, qd, t)[0] - both(mass - h, q, qd, t)[0]) / (2 * h)
+    inertia, so the difference has no truncation error: bound 1e-8 relative for round-off at step 1e-3 kg).
+    The program is the ``kkt`` fixture's (its states THETAS[3:5] here)."""
+    refs, _, values, derivative, central = kkt
+    values, derivative, central = values[2:], derivative[2:], central[2:]
+    np.testing.assert_allclose(values, [r["crank_torque"] for r in refs[2:]], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(derivative, central, rtol=1e-8, atol=1e-10)
     assert np.all(np.abs(central) > 1e-3)  # the foot triangle's weight loads the crank

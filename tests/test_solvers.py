@@ -140,7 +140,8 @@ def test_simulate_with_rk4_plain_jit_vmap_and_gradient():
     states = [_pendulum_state(a) for a in angles]
     final = lambda q0, qd0, p_: ukjax.simulate(PENDULUM, q0, qd0, p_, **RUN).q[-1]
     plain = final(*states[1], p)
-    jitted = jax.jit(final)(*states[1], p)
+    compiled = jax.jit(final)
+    jitted = compiled(*states[1], p)
     q0s, qd0s = (jnp.stack(x) for x in zip(*states, strict=True))
     batch = ukjax.simulate_batch(PENDULUM, q0s, qd0s, p, **RUN)
     # The same operations fused differently: agreement to round-off.
@@ -148,6 +149,7 @@ def test_simulate_with_rk4_plain_jit_vmap_and_gradient():
     assert_tree_allclose(batch.q[1, -1], plain, rtol=1e-12, atol=1e-12)
     # d q_x(t1) / d c (the drag) vs a central difference (eps 1e-5: truncation ~1e-10, round-off ~1e-11).
     x_of_c = lambda c: final(*states[1], p | {"c": c})[0]
-    grad = jax.grad(x_of_c)(p["c"])
-    fd = central_difference(jax.jit(x_of_c), p["c"], 1.0, eps=1e-5)
+    grad = jax.jit(jax.grad(x_of_c))(p["c"])  # one program (eager, the forward and transposed halves: two)
+    # the differences by the jitted program above (c an argument, not a constant: no second compile)
+    fd = central_difference(lambda c: compiled(*states[1], p | {"c": c})[0], p["c"], 1.0, eps=1e-5)
     np.testing.assert_allclose(float(grad), float(fd), rtol=1e-6, atol=1e-9)

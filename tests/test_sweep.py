@@ -4,8 +4,8 @@ the SCARA on 4 simulated devices finishes (it hung in jaxlib's batched LAPACK be
 
 All on a tiny model (tests/sweep_models.py, given as ``module:function`` the way a user gives their own): a
 Cartesian pendulum, Heun fixed step, 512 scenarios. Several devices are simulated in a subprocess
-(``XLA_FLAGS=--xla_force_host_platform_device_count=4``, fixed when JAX starts); two processes run
-``jax.distributed`` on a localhost coordinator (gloo CPU collectives). Those subprocesses start when the
+(``--xla_force_host_platform_device_count=4`` added to ``XLA_FLAGS``, fixed when JAX starts); two processes
+run ``jax.distributed`` on a localhost coordinator (gloo CPU collectives). Those subprocesses start when the
 module's first test runs and are collected later, so their compiles overlap the in-process ones.
 
 Tolerance of the invariance checks: 1e-12 of max(1, each column's largest magnitude). The inputs and the
@@ -102,7 +102,11 @@ def _env(devices: int = 1) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
     env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # The suite's own XLA flags (conftest.SUITE_XLA_FLAGS: faster compiles) kept: without them each of the
+    # module's five sweep subprocesses compiled with the default emitters and shared no program with this
+    # process through the suite's persistent cache (XLA_FLAGS is part of its key).
+    flags = os.environ.get("XLA_FLAGS", "")
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     return env
 
 
