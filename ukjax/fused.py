@@ -6,8 +6,9 @@ between two saved times runs in one kernel: one program instance per tile of sce
 state held as entries (one vector over the tile per coordinate, which is what a kernel's block is), the
 right-hand side evaluated from the same jaxpr that :mod:`ukjax._entrywise` interprets (every array of one
 scenario's program held as its entries: stacking, slicing and small matrix products resolved while tracing,
-everything else elementwise on the tile's vectors), the explicit Runge-Kutta stages unrolled around it in a
-``fori_loop`` over the steps, and the state written to memory once per save. This is what DiffEqGPU.jl's
+everything else elementwise on the tile's vectors), the explicit Runge-Kutta stages a loop whose body holds
+the right-hand side once, inside a ``fori_loop`` over the steps, and the state written to memory once per
+save. This is what DiffEqGPU.jl's
 ``EnsembleGPUKernel`` does for an ODE (Utkarsh et al. 2024: one thread per trajectory, the fixed-step solve
 in one kernel), applied to the Udwadia-Kalaba right-hand side of a constrained system the user writes.
 
@@ -17,9 +18,14 @@ and not the solution use (Tsit5's first-same-as-last stage) are not evaluated. T
 constant step does (t ← t + h), so a fused trajectory equals the XLA program's up to the order of
 floating-point sums (``tests/test_fused.py``: 1e-13 in float64).
 
-Backends: on a GPU the kernel is lowered by Pallas's Triton backend, which handles float64 arithmetic on
-Hopper (the Mosaic GPU backend targets warpgroup matrix instructions and has no float64 path); on any
-other platform, and in the tests, Pallas's interpret mode runs the same kernel as ordinary XLA code.
+Backends: on a GPU the kernel is lowered by Pallas's Triton backend, which lowers float64 arithmetic
+(libdevice's float64 functions; jax 0.10's default GPU backend, Mosaic GPU, targets warpgroup matrix
+instructions, has no float64 path, and failed to lower this kernel's jaxpr); on any other platform, and in
+the tests, Pallas's interpret mode runs the same kernel as ordinary XLA code (keeping ukjax's fusion
+boundaries there, which keep XLA:CPU's compile time near the XLA engine's).
+
+:func:`ukjax.simulation.simulate_batch` runs it with ``engine="fused"`` (or ``"auto"`` on a GPU) and
+post-processes the saved states as the XLA program does; derivatives are the XLA program's.
 """
 
 from __future__ import annotations
