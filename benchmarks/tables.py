@@ -490,19 +490,8 @@ def gpu_throughput() -> str:
     """One H200: scenario-steps per second (run seconds; compile seconds) per contender, batch and dtype."""
     lines = (RESULTS / GPU_RUN / "throughput-rows.jsonl").read_text().splitlines()
     rows_in = [json.loads(line) for line in lines if line.strip()]
-    rows = []
-    for contender, label in GPU_CONTENDERS.items():
-        for batch in sorted({r["batch"] for r in rows_in if r["contender"] == contender}):
-            cells = [label, f"{batch:.0e}".replace("e+0", "e")]
-            for dtype in ("float64", "float32"):
-                key = (contender, batch, dtype)
-                found = [r for r in rows_in if (r["contender"], r["batch"], r["dtype"]) == key]
-                cells.append(
-                    f"{_rate(found[0]['scenario_steps_per_s'])} ({figures(found[0]['run_s'])} s; "
-                    f"compile {figures(found[0]['compile_s'])} s)" if found else "not reached"
-                )
-            rows.append(cells)
     header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile)", "float32"]
+    rows = _gpu_rate_rows(rows_in, GPU_CONTENDERS, "not reached")
     return table(header, rows, ["---", "---:", "---:", "---:"])
 
 
@@ -526,20 +515,27 @@ def gpu_after() -> str:
     for run in GPU_RUNS_AFTER:
         lines = (RESULTS / run / "rows.jsonl").read_text().splitlines()
         rows_in += [json.loads(line) | {"run": run[-4:]} for line in lines if line.strip()]
+    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile; run)", "float32"]
+    return table(header, _gpu_rate_rows(rows_in, GPU_AFTER_CONTENDERS, "-"), ["---", "---:", "---:", "---:"])
+
+
+def _gpu_rate_rows(rows_in: list[dict], contenders: dict, missing: str) -> list[list[str]]:
+    """One table row per (contender, batch): its float64 and float32 rates with run and compile seconds
+    (and the run that measured it, where rows carry one)."""
     rows = []
-    for contender, label in GPU_AFTER_CONTENDERS.items():
+    for contender, label in contenders.items():
         for batch in sorted({r["batch"] for r in rows_in if r.get("contender") == contender}):
             cells = [label, f"{batch:.0e}".replace("e+0", "e")]
             for dtype in ("float64", "float32"):
-                found = [r for r in rows_in if (r.get("contender"), r.get("batch"), r["dtype"]) ==
-                         (contender, batch, dtype)]  # fmt: skip
+                key = (contender, batch, dtype)
+                found = [r for r in rows_in if (r.get("contender"), r.get("batch"), r["dtype"]) == key]
+                run = f"; {found[0]['run']}" if found and "run" in found[0] else ""
                 cells.append(
                     f"{_rate(found[0]['scenario_steps_per_s'])} ({figures(found[0]['run_s'])} s; "
-                    f"compile {figures(found[0]['compile_s'])} s; {found[0]['run']})" if found else "-"
+                    f"compile {figures(found[0]['compile_s'])} s{run})" if found else missing
                 )
             rows.append(cells)
-    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile; run)", "float32"]
-    return table(header, rows, ["---", "---:", "---:", "---:"])
+    return rows
 
 
 def _rate(x: float) -> str:
