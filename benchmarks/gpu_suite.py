@@ -473,16 +473,10 @@ def robot_file(name: str) -> Path:
 def _with_looped_tree_scans(thunk):
     """``thunk()`` traced with the kinematic tree's recursions as ``lax.scan`` loops on every platform, as
     they were before they were unrolled for the GPU (``ukjax.multibody._scan_per_platform``)."""
-    import jax
-
     from ukjax import multibody
 
     original = multibody._scan_per_platform
-
-    def looped(step, init, xs, reverse):
-        return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse)[1]
-
-    multibody._scan_per_platform = looped
+    multibody._scan_per_platform = multibody._scanned
     try:
         return thunk()
     finally:

@@ -278,19 +278,21 @@ def _joined(field):
     return jnp.concatenate(field) if isinstance(field, list) else jnp.reshape(field, (-1, *field.shape[2:]))
 
 
+def _scanned(step, init, xs, reverse, unroll=1):
+    """The outputs of ``lax.scan(step, init, xs)`` (``unroll``: 1, a loop; True, straight-line code)."""
+    return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse, unroll=unroll)[1]
+
+
 def _scan_per_platform(step, init, xs, reverse):
-    """The outputs of ``lax.scan(step, init, xs)``: a loop over the bodies on the CPU (one compiled body
-    step whatever n: compiles fast, and a loop costs nothing there), unrolled into straight-line code on
-    every other platform (chosen when the program is lowered, ``jax.lax.platform_dependent``). On a GPU
-    each trip of a loop inside the right-hand side costs kernel launches and a device-to-host copy of its
-    condition at every evaluation (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
-
-    def scanned(init, xs, unroll):
-        return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse, unroll=unroll)[1]
-
-    return jax.lax.platform_dependent(
-        init, xs, cpu=functools.partial(scanned, unroll=1), default=functools.partial(scanned, unroll=True)
-    )
+    """:func:`_scanned` as a loop over the bodies on the CPU (one compiled body step whatever n: compiles
+    fast, and a loop costs nothing there; unrolling measured no faster, benchmarks/results/
+    tree-unroll-cpu-ab.json), unrolled into straight-line code on every other platform (chosen when the
+    program is lowered, ``jax.lax.platform_dependent``). On a GPU each trip of a loop inside the right-hand
+    side costs kernel launches and a device-to-host copy of its condition at every evaluation
+    (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
+    cpu = functools.partial(_scanned, step, reverse=reverse)
+    default = functools.partial(_scanned, step, reverse=reverse, unroll=True)
+    return jax.lax.platform_dependent(init, xs, cpu=cpu, default=default)
 
 
 class Tree(eqx.Module):

@@ -344,10 +344,7 @@ def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
     # compilation of the whole solver).
     chunks = -(-batch // chunk_size)
     size = -(-batch // chunks)
-    pad = chunks * size - batch
-    padded = jax.tree_util.tree_map(
-        lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x, (q0, qd0, params)
-    )
+    padded = _with_last_repeated((q0, qd0, params), chunks * size)
     # The chunks are formed and undone with explicit shapes: ``lax.map(..., batch_size=)`` reshapes with -1,
     # which fails on the zero-size arrays of a system without position or velocity residuals (constraints
     # that are all AccelerationLevel, or none).
@@ -364,13 +361,15 @@ def _staged() -> bool:
     return isinstance(jnp.zeros(()), jax.core.Tracer)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _pad_batch(tree, size: int):
-    """Every leaf (batch axis first) padded to ``size`` rows with copies of its last row: one small program
-    per (batch, bucket) pair, instead of one per leaf as eager ``jnp.concatenate`` would compile."""
-    return jax.tree_util.tree_map(
-        lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], size - x.shape[0], axis=0)]), tree
-    )
+def _with_last_repeated(tree, size: int):
+    """Every leaf (batch axis first) padded to ``size`` rows with copies of its last row (the scenarios whose
+    results a padded batch drops)."""
+    pad = lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], size - x.shape[0], axis=0)])
+    return jax.tree_util.tree_map(lambda x: pad(x) if size > x.shape[0] else x, tree)
+
+
+# one small program per (batch, bucket) pair, instead of one per leaf as eager jnp.concatenate would compile
+_pad_batch = jax.jit(_with_last_repeated, static_argnums=1)
 
 
 @functools.partial(jax.jit, static_argnums=1)
