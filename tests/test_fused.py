@@ -127,14 +127,79 @@ def test_cuda_lowering_is_one_triton_kernel_per_save_interval():
     assert "custom_call @lapack" not in text and "cusolver" not in text
 
 
+def _looped_field(t, y, p):
+    """A 3-coordinate oscillator whose right-hand side holds loops with trip counts known while tracing, as
+    ukjax.linalg's factorizations above its unroll limit do: M(q) factorized by the loop Cholesky (a scan
+    indexing its matrices by the counter: dynamic_slice, scatter), solved by loop substitutions, and a
+    fori_loop whose bounds are traced numbers (a while loop with a known trip count)."""
+    from ukjax import linalg
+
+    q, qd = y
+    M = p["M"] + 0.1 * jnp.diag(jnp.sin(q) ** 2)
+    L = linalg._cholesky(M, False)
+    upper = jnp.int32(3)  # a traced bound: the fori_loop becomes a while loop
+    damping = jax.lax.fori_loop(0, upper, lambda i, a: a + p["D"][i] * qd[i] * jnp.eye(3)[i], jnp.zeros(3))
+    f = -p["K"] * q - damping + jnp.cos(t)
+    return qd, linalg._substitution(L, linalg._substitution(L, f, False, False), False, True)
+
+
+def test_loops_with_known_trip_counts_are_unrolled_in_the_kernel():
+    """Loops whose trip count is known while tracing (scan, a while with known bounds) are unrolled entry by
+    entry in the kernel, their indexing (dynamic_slice, scatter by the counter) resolved while tracing: the
+    interpret-mode trajectories equal diffrax's RK4 under vmap to 1e-13 in float64 (the same operations,
+    the order of the stages' weighted sums may differ: a few ulp per step, amplified by the dynamics).
+    Without unrolling the same right-hand side has no entry rule (the XLA entrywise path is unchanged)."""
+    system, params, q0, qd0 = _random_system()
+    params = dict(params, D=params["D"])
+    closed = jax.make_jaxpr(_looped_field)(0.0, (q0, qd0), params)
+    assert {"scan", "while"} <= fused._entrywise.unruled_primitives(closed)
+    assert fused.unruled_primitives(_looped_field, (q0, qd0), params) == set()
+    rng = np.random.default_rng(3)
+    Q0 = jnp.asarray(np.asarray(q0) + 1e-2 * rng.normal(size=(4, 3)))
+    QD0 = jnp.tile(qd0, (4, 1))
+    q, qd = fused.integrate(_looped_field, (Q0, QD0), params, False, t0=0.0, dt=DT, steps_per_save=4,
+                            num_saves=3, tableau=ukjax.RK4.tableau, interpret=True)  # fmt: skip
+    ts = np.asarray([k * 4 * DT for k in range(3)])
+
+    def reference(y0):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(_looped_field), ukjax.RK4(), 0.0, ts[-1], DT, y0, args=params,
+            saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.ConstantStepSize(),
+        ).ys  # fmt: skip
+
+    q_ref, qd_ref = jax.jit(jax.vmap(reference))((Q0, QD0))
+    for ours, theirs in ((q, q_ref), (qd, qd_ref)):
+        assert float(jnp.max(jnp.abs(ours - theirs))) <= 1e-13 * float(jnp.max(jnp.abs(theirs)))
+    assert float(jnp.max(jnp.abs(q[:, -1] - Q0))) > 1e-6
+
+
 def test_the_five_bar_is_refused_with_its_reason():
-    """The five-bar (n = 12) factorizes M with loop-based Cholesky (ukjax.linalg unrolls n <= 8 only): a loop
-    the kernel cannot evaluate entry by entry, so the fused engine refuses it and names what it holds."""
+    """The five-bar (n = 12) factorizes M with loop-based Cholesky (ukjax.linalg unrolls n <= 8 only). Its
+    loops have known trip counts and entry rules, but unrolled they make ~34,000 operations on entries, a
+    program XLA:CPU did not compile in 5 minutes (fused.MAX_ENTRY_OPERATIONS): the fused engine refuses it,
+    naming the loop and the size."""
     p = five_bar.default_params()
     q0, qd0 = five_bar.initial_state(p)
+    assert fused._entrywise.unruled_primitives(
+        jax.make_jaxpr(_field(five_bar.system()))(0.0, (q0, qd0), p), unroll_loops=True
+    ) == set()  # fmt: skip
     y0 = (jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1)))
-    with pytest.raises(ValueError, match=r"holds \['scan'\].*use the XLA engine"):
+    with pytest.raises(ValueError, match=r"holds \['scan'\], whose unrolled .* on entries.*XLA engine"):
         fused.integrate(_field(five_bar.system()), y0, p, False, t0=0.0, dt=DT, steps_per_save=2, num_saves=2,
+                        tableau=ukjax.RK4.tableau)  # fmt: skip
+
+
+def test_a_data_dependent_while_loop_is_refused():
+    """A while loop whose trip count depends on the state has no entry rule: refused with its name."""
+
+    def field(t, y, p):
+        q, qd = y
+        trips = jax.lax.while_loop(lambda c: c[1] < q[0], lambda c: (c[0] + 1, c[1] + 1.0), (0, -2.0))[0]
+        return qd, -q * trips
+
+    y0 = (jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"holds \['while'\], which the fused kernel cannot"):
+        fused.integrate(field, y0, {}, False, t0=0.0, dt=DT, steps_per_save=2, num_saves=2,
                         tableau=ukjax.RK4.tableau)  # fmt: skip
 
 
@@ -207,3 +272,15 @@ def test_engine_choice_and_refusals():
             ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw)
     with pytest.raises(ValueError, match="engine must be one of"):
         ukjax.simulate_batch(system, Q0, QD0, params, t1=4 * DT, dt=DT, engine="triton")
+
+
+def test_saved_times_on_the_step_grid_in_float32():
+    """Saved times on the step grid are recognized at the times' own precision: float32 0.025 and a step of
+    0.005 are 5 steps apart to ~6e-8 only (the GPU suite's float32 fused rows were refused before), while a
+    save off the grid by more than 64 ulps is still refused, in both dtypes."""
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    assert fused.steps_between_saves(f32([0.0, 0.025]), f32(0.0), f32(0.005)) == 5
+    assert fused.steps_between_saves(f32([0.0, 0.025, 0.05]), f32(0.0), f32(0.005)) == 5
+    assert fused.steps_between_saves(f32([0.0, 0.0251]), f32(0.0), f32(0.005)) is None
+    assert fused.steps_between_saves(jnp.asarray([0.0, 0.025]), 0.0, 0.005) == 5
+    assert fused.steps_between_saves(jnp.asarray([0.0, 0.025 + 1e-10]), 0.0, 0.005) is None

@@ -11,14 +11,15 @@ changes and not to arithmetic.
 object array of its entries, each entry a vector over the batch (or a scalar the batch shares). Stacking,
 slicing, reshaping, transposing and broadcasting then happen while tracing, at no run-time cost; matrix
 products and reductions become sums of products of entries; every other operation is elementwise on
-contiguous batch vectors. Equations it has no entry rule for (loops, gathers, LAPACK calls) run as they
-would under ``vmap``: their operands are stacked into arrays, the primitive is bound under ``jax.vmap``
-and its results are split into entries again. So the values are those of ``jax.vmap(f)`` up to the order
-of floating-point sums in matrix products (and which products XLA:CPU contracts into fused multiply-adds:
-it does wherever a product and a sum share a kernel). Against one scenario's own program, the SCARA's
-accelerations agree to 1e-15 relative, as ``vmap``'s do; along a trajectory the dynamics amplify that
-round-off as they amplify a one-ulp change of the initial state (issue 39: docs/guide/precision.md, "Single
-vs batch"; tests/test_entrywise.py pins single against batch at 1e-12 on a pendulum).
+contiguous batch vectors. Equations it has no entry rule for (loops, gathers, LAPACK calls) run as they would
+under ``vmap``: their operands are stacked into arrays, the primitive is bound under ``jax.vmap`` and its
+results are split into entries again (for the fused kernel, :func:`unrolling_loops` unrolls loops with trip
+counts known while tracing instead, and refuses the rest). So the values are those of ``jax.vmap(f)`` up to
+the order of floating-point sums in matrix products (and which products XLA:CPU contracts into fused
+multiply-adds: it does wherever a product and a sum share a kernel). Against one scenario's own program, the
+SCARA's accelerations agree to 1e-15 relative, as ``vmap``'s do; along a trajectory the dynamics amplify that
+round-off as they amplify a one-ulp change of the initial state (issue 39: docs/guide/precision.md, "Single vs
+batch"; tests/test_entrywise.py pins single against batch at 1e-12 on a pendulum).
 
 Only the values of the function it is given: custom derivative rules are inlined (their primal function
 evaluated), so callers attach derivatives, from the ordinary program or from the jaxpr of ``jax.jvp`` of
@@ -63,6 +64,35 @@ _INSIDE_KERNEL = contextvars.ContextVar("ukjax_entrywise_inside_kernel", default
 whole solve is one kernel) and platform-dependent code takes its GPU branch."""
 
 
+_UNROLLING = contextvars.ContextVar("ukjax_entrywise_unrolling", default=False)
+"""Set while the fused kernel's right-hand side is traced (:mod:`ukjax.fused`, interpret mode included):
+loops with a trip count known while tracing are unrolled (:func:`unrolling_loops`)."""
+
+
+@contextlib.contextmanager
+def unrolling_loops():
+    """Evaluate entry by entry with loops unrolled, for the fused kernel (:mod:`ukjax.fused`), whose body
+    holds no loop primitive of its own right-hand side: a ``scan`` (``fori_loop`` with static bounds) runs
+    its body's jaxpr ``length`` times on the entries, carrying entries; a ``while`` runs its body as long as
+    its condition, evaluated on the entries, is known while tracing (a ``fori_loop`` whose bounds are known
+    numbers; the condition of a loop whose trip count depends on the data is a traced value: refused).
+    Integer and boolean operations on entries known while tracing (loop counters, indices) are computed
+    while tracing, a select with a known predicate takes its operand, and ``dynamic_slice``,
+    ``dynamic_update_slice``, ``gather`` and ``scatter`` with known indices move entries (the
+    factorizations of :mod:`ukjax.linalg` above its unroll limit index their matrices by the loop counter).
+    An equation left without a rule raises instead of running under ``vmap`` (a kernel cannot):
+    :func:`unruled_primitives` with ``unroll_loops=True`` names them beforehand.
+
+    Not used by the XLA program (:func:`batched_by_entries`): there a loop keeps its ``vmap`` fallback, so
+    the programs of the systems it evaluates entry by entry (n <= ``ukjax.options.ENTRYWISE_MAX_N``, whose
+    factorizations :mod:`ukjax.linalg` unrolls itself) are what they were."""
+    token = _UNROLLING.set(True)
+    try:
+        yield
+    finally:
+        _UNROLLING.reset(token)
+
+
 @contextlib.contextmanager
 def inside_kernel():
     """Evaluate entry by entry for the body of one GPU kernel (:mod:`ukjax.fused`): ``materialize`` is the
@@ -90,6 +120,11 @@ def _entries_of_array(x, batched: bool):
     return _objects(shape, (x[idx] for idx in np.ndindex(*shape)))
 
 
+def _is_known(entry):
+    """Whether an entry is a number known while tracing (a NumPy value), not a traced one."""
+    return isinstance(entry, (np.ndarray, np.generic))
+
+
 def _is_batched(entry):
     return np.ndim(entry) == 1
 
@@ -112,9 +147,13 @@ def _bind_entries(prim, params, args, size):
     """Bind ``prim`` on entries (vectors over the batch or scalars), broadcasting scalars as needed. Inside
     a kernel an operation on constants only is computed while tracing (a kernel's lowering may not take a
     constant operand where it expects a value)."""
-    if _INSIDE_KERNEL.get() and all(isinstance(a, (np.ndarray, np.generic)) for a in args):
+    if (_INSIDE_KERNEL.get() or _UNROLLING.get()) and all(_is_known(a) for a in args):
         with jax.ensure_compile_time_eval():
-            return np.asarray(prim.bind(*args, **params))[()]
+            value = np.asarray(prim.bind(*args, **params))[()]
+        # unrolling in interpret mode (XLA code): integers and booleans only (counters, indices, flags);
+        # floating-point constants are left to XLA as in the XLA program
+        if _INSIDE_KERNEL.get() or not np.issubdtype(value.dtype, np.inexact):
+            return value
     if any(_is_batched(a) for a in args):
         args = [a if _is_batched(a) else jnp.broadcast_to(a, (size,)) for a in args]
     return prim.bind(*args, **params)
@@ -124,8 +163,13 @@ def _elementwise(eqn, invals, size):
     shape = eqn.outvars[0].aval.shape
     ops = [np.broadcast_to(x, shape) for x in invals]
     out = np.empty(shape, dtype=object)
+    pick = eqn.primitive.name == "select_n" and (_UNROLLING.get() or _INSIDE_KERNEL.get())
     for idx in np.ndindex(*shape):
-        out[idx] = _bind_entries(eqn.primitive, eqn.params, [o[idx] for o in ops], size)
+        entries = [o[idx] for o in ops]
+        if pick and _is_known(entries[0]):  # a known predicate: the operand it selects, exactly
+            out[idx] = entries[1 + int(np.clip(entries[0], 0, len(entries) - 2))]
+            continue
+        out[idx] = _bind_entries(eqn.primitive, eqn.params, entries, size)
     return [out]
 
 
@@ -377,7 +421,11 @@ def _materialize_entries(x):
 
 
 def _fallback(eqn, invals, size):
-    """Bind an equation with no entry rule on assembled arrays, under ``vmap`` where an operand is batched."""
+    """Bind an equation with no entry rule on assembled arrays, under ``vmap`` where an operand is batched;
+    while unrolling for the fused kernel (:func:`unrolling_loops`), refused."""
+    if _UNROLLING.get():
+        raise ValueError(f"ukjax._entrywise: no entry rule for {eqn.primitive.name} here (unrolling loops "
+                         f"for the fused kernel, which cannot run it under vmap): {str(eqn):.300}")
     assembled = [_assemble(x, size, v.aval.dtype) for x, v in zip(invals, eqn.invars, strict=True)]
     arrays, batched = zip(*assembled, strict=True) if assembled else ((), ())
     params = eqn.primitive.get_bind_params(eqn.params)
@@ -394,6 +442,148 @@ def _fallback(eqn, invals, size):
             outs = bound(*arrays)
     return [_entries_of_array(o, any(batched)) for o in outs]
 
+
+MAX_UNROLLED_TRIPS = 10_000
+"""Trips of a ``while`` loop that :func:`unrolling_loops` unrolls at most (its condition known every trip)."""
+
+
+def _trip_boundary(carry):
+    """The carry of an unrolled trip behind a fusion boundary per batch vector, outside a kernel (Pallas's
+    interpret mode is XLA:CPU code): as the loop's carry was, each trip's values computed once. Without it
+    XLA:CPU fused the trips' chains of cheap operations into every consumer, recomputing them (the
+    five-bar's interpret-mode program did not finish compiling in 10 minutes, 11 GB)."""
+    if _INSIDE_KERNEL.get():
+        return carry
+    return [_materialize_entries(c) if c.size and jnp.issubdtype(jnp.result_type(*c.flat), jnp.inexact) else c
+            for c in carry]  # fmt: skip
+
+
+def _scan(eqn, invals, size):
+    """A ``scan`` unrolled: its body's jaxpr evaluated ``length`` times on the entries (reversed if
+    ``reverse``), the carry's entries passed on, the i-th entries of ``xs`` given to trip i and the trips'
+    ``ys`` stacked along a new first axis."""
+    p = eqn.params
+    nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+    consts, carry, xs = invals[:nc], list(invals[nc: nc + nk]), invals[nc + nk:]
+    trips = [None] * length
+    for i in reversed(range(length)) if p["reverse"] else range(length):
+        outs = _eval_closed(p["jaxpr"], [*consts, *carry, *(x[i, ...] for x in xs)], size)
+        carry, trips[i] = _trip_boundary(outs[:nk]), outs[nk:]
+    ys = []
+    for k, v in enumerate(eqn.outvars[nk:]):
+        ys.append(np.stack([t[k] for t in trips]) if length else np.empty(v.aval.shape, dtype=object))
+    return [*carry, *ys]
+
+
+def _while(eqn, invals, size):
+    """A ``while`` unrolled: its body evaluated on the entries as long as its condition, evaluated on the
+    entries too, is true; the condition must be known while tracing at every trip (a loop whose trip count
+    depends on the data is refused)."""
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    cond_consts, body_consts, carry = invals[:cn], invals[cn: cn + bn], list(invals[cn + bn:])
+    for _ in range(MAX_UNROLLED_TRIPS + 1):
+        (flag,) = _eval_closed(p["cond_jaxpr"], [*cond_consts, *carry], size)
+        if not _is_known(flag[()]):
+            raise ValueError("ukjax._entrywise: a while loop whose condition depends on the data (its "
+                             "trip count is not known while tracing) cannot be unrolled for the fused kernel")
+        if not bool(flag[()]):
+            return carry
+        carry = _trip_boundary(_eval_closed(p["body_jaxpr"], [*body_consts, *carry], size))
+    raise ValueError(f"ukjax._entrywise: a while loop ran over {MAX_UNROLLED_TRIPS} trips while unrolled")
+
+
+def _known_indices(entries):
+    """The integers of object arrays of entries if every entry is known while tracing, else None."""
+    values = [e for x in entries for e in x.flat]
+    if not all(_is_known(e) for e in values):
+        return None
+    return [np.asarray([int(e) for e in x.flat], dtype=np.int64).reshape(x.shape) for x in entries]
+
+
+def _clamped_starts(eqn, starts, shape, sizes):
+    return [min(max(int(s), 0), d - n) for s, d, n in zip(starts, shape, sizes, strict=True)]
+
+
+def _dynamic_slice(eqn, invals, size):
+    """``x[i:i + n, ...]`` for known start indices, clamped into the array as XLA clamps them."""
+    x, *indices = invals
+    starts = _known_indices(indices)
+    if starts is None:
+        return _fallback(eqn, invals, size)
+    sizes = eqn.params["slice_sizes"]
+    starts = _clamped_starts(eqn, starts, x.shape, sizes)
+    return [x[tuple(slice(s, s + n) for s, n in zip(starts, sizes, strict=True))]]
+
+
+def _dynamic_update_slice(eqn, invals, size):
+    """x with a block replaced by ``update`` at known start indices (clamped as XLA clamps them)."""
+    x, update, *indices = invals
+    starts = _known_indices(indices)
+    if starts is None:
+        return _fallback(eqn, invals, size)
+    starts = _clamped_starts(eqn, starts, x.shape, update.shape)
+    out = x.copy()
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape, strict=True))] = update
+    return [out]
+
+
+_NO_ENTRY = -1
+
+
+def _moved_entries(eqn, operands, indices, size, params):
+    """The primitive (a gather or a scatter: it moves entries, computes none) bound while tracing on the
+    positions of the operands' entries (known indices), and its result's entries read from those
+    positions: XLA's own indexing semantics (clamping, dropped updates) without restating them. A position
+    :data:`_NO_ENTRY` is a gather's fill value."""
+    positions, start = [], 0
+    for x in operands:
+        positions.append(np.arange(start, start + x.size, dtype=np.int32).reshape(x.shape))
+        start += x.size
+    args = [positions[0], indices, *positions[1:]]
+    with jax.ensure_compile_time_eval():
+        moved = np.asarray(eqn.primitive.bind(*args, **params))
+    flat = [e for x in operands for e in x.flat]
+    return moved, flat
+
+
+def _gather(eqn, invals, size):
+    x, indices = invals
+    known = _known_indices([indices])
+    if known is None:
+        return _fallback(eqn, invals, size)
+    params = dict(eqn.params, fill_value=_NO_ENTRY)
+    moved, flat = _moved_entries(eqn, [x], known[0], size, params)
+    dtype = eqn.outvars[0].aval.dtype
+    fill = eqn.params.get("fill_value")
+    if fill is None:  # lax.gather's default fill: NaN, the smallest signed / largest unsigned integer, True
+        fill = (np.nan if np.issubdtype(dtype, np.inexact) else np.iinfo(dtype).min
+                if np.issubdtype(dtype, np.signedinteger) else np.iinfo(dtype).max
+                if np.issubdtype(dtype, np.unsignedinteger) else True)  # fmt: skip
+    fill = np.asarray(fill, dtype)[()]
+    return [_objects(moved.shape, (flat[k] if k != _NO_ENTRY else fill for k in moved.flat))]
+
+
+def _scatter(eqn, invals, size):
+    """``scatter`` (replacing entries, not adding them) at known indices."""
+    x, indices, updates = invals
+    known = _known_indices([indices])
+    if known is None:
+        return _fallback(eqn, invals, size)
+    moved, flat = _moved_entries(eqn, [x, updates], known[0], size, eqn.params)
+    return [_objects(moved.shape, (flat[k] for k in moved.flat))]
+
+
+_LOOP_RULES = {
+    "scan": _scan,
+    "while": _while,
+    "dynamic_slice": _dynamic_slice,
+    "dynamic_update_slice": _dynamic_update_slice,
+    "gather": _gather,
+    "scatter": _scatter,
+}
+"""Rules used while unrolling loops only (:func:`unrolling_loops`): elsewhere these primitives run under
+``vmap`` as before (:func:`_fallback`)."""
 
 _RULES = {
     "dot_general": _dot_general,
@@ -435,6 +625,8 @@ def _inlined_call(eqn, invals, size):
 def _eval_closed(closed, args, size):
     """A (closed) jaxpr's outputs as entries; its constants are entries the batch shares."""
     inner, consts = getattr(closed, "jaxpr", closed), getattr(closed, "consts", ())
+    if _UNROLLING.get():  # constants as NumPy values: known while tracing (an index array, say)
+        consts = [c if isinstance(c, jax.core.Tracer) else np.asarray(c) for c in consts]
     return _eval(inner, [_entries_of_array(c, False) for c in consts], args, size)
 
 
@@ -461,6 +653,8 @@ def _equation(eqn, invals, size):
         outs = _elementwise(eqn, invals, size)
     elif name in _RULES:
         outs = _RULES[name](eqn, invals, size)
+    elif name in _LOOP_RULES and _UNROLLING.get():
+        outs = _LOOP_RULES[name](eqn, invals, size)
     else:
         outs = _fallback(eqn, invals, size)
     if len(outs) != len(eqn.outvars) or any(
@@ -478,22 +672,155 @@ def _scalar(value):
     return out
 
 
-def unruled_primitives(jaxpr) -> set[str]:
+def unruled_primitives(jaxpr, unroll_loops: bool = False) -> set[str]:
     """Names of the primitives in a jaxpr (calls and conditionals included) that :func:`evaluate_entrywise`
-    has no entry rule for and would run under ``vmap`` on assembled arrays (loops, LAPACK, gathers)."""
-    found = set()
+    has no entry rule for and would run under ``vmap`` on assembled arrays (loops, LAPACK, gathers).
+
+    With ``unroll_loops`` (the fused kernel, :func:`unrolling_loops`): loops and indexing are ruled where
+    their trip count and indices are known while tracing, which this decides as the evaluation will, from
+    which values are known (literals, constants, loop counters and what integer and boolean operations,
+    selects and rearrangements make of them); a ``while`` whose condition is not known is named, as is an
+    indexing primitive whose indices are not. ``jaxpr`` may be closed (its constants are then known)."""
+    closed = getattr(jaxpr, "consts", None)
+    inner = getattr(jaxpr, "jaxpr", jaxpr)
+    consts = [not isinstance(c, jax.core.Tracer) for c in closed] if closed is not None else None
+    return _analyse(inner, consts, [False] * len(inner.invars), unroll_loops)[0]
+
+
+_MOVES = frozenset("""reshape squeeze expand_dims transpose slice concatenate stack unstack split rev pad
+    broadcast_in_dim""".split())  # rules that rearrange entries: known entries stay known
+_INDEXING = {"dynamic_slice": 1, "dynamic_update_slice": 2, "gather": 1, "scatter": 1}
+"""Indexing primitives (:data:`_LOOP_RULES`) and where their index operands start (a scatter's updates
+follow its indices)."""
+
+
+def _analyse(jaxpr, consts_known, known_in, unroll) -> tuple[set[str], list[bool]]:
+    """(the primitives without an entry rule, which outputs are known while tracing) for a jaxpr whose
+    constants and inputs are known or not as given (a closed jaxpr's constants: known where concrete, as
+    :func:`_eval_closed` makes them while unrolling). Mirrors the evaluation, conservatively: a value marked
+    known is a NumPy value there."""
+    known: dict = {}
+
+    def is_known(v):
+        return isinstance(v, jex.Literal) or known.get(v, False)
+
+    for v, k in zip(jaxpr.constvars, consts_known or [False] * len(jaxpr.constvars), strict=True):
+        known[v] = k
+    for v, k in zip(jaxpr.invars, known_in, strict=True):
+        known[v] = k
+    found: set[str] = set()
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        if name in _INLINED:
-            inner = _call_jaxpr(eqn)
-            inner = getattr(inner, "jaxpr", inner)
-            found |= {name} if inner is None else unruled_primitives(inner)
+        ins = [is_known(v) for v in eqn.invars]
+        outs = [False] * len(eqn.outvars)
+        if name == "platform_index":
+            outs = [True]
+        elif _is_materialize(eqn):  # the identity on each operand (its body analysed as a call's)
+            found |= _analyse_closed(_call_jaxpr(eqn), ins, unroll)[0]
+            outs = list(ins)
+        elif name in _INLINED:
+            closed = _call_jaxpr(eqn)
+            if closed is None:
+                found.add(name)
+            else:
+                unruled, outs = _analyse_closed(closed, ins[len(ins) - len(_inner(closed).invars):], unroll)
+                found |= unruled
         elif name == "cond":
+            index, *operands = ins
+            results = []
             for branch in eqn.params["branches"]:
-                found |= unruled_primitives(branch.jaxpr)
-        elif name not in _ELEMENTWISE and name not in _RULES and name != "platform_index":
+                unruled, branch_known = _analyse_closed(branch, operands, unroll)
+                found |= unruled
+                results.append(branch_known)
+            outs = [index and all(r[k] for r in results) for k in range(len(outs))]
+        elif name in _ELEMENTWISE:
+            if unroll and all(ins):  # folded while tracing where integer or boolean (_bind_entries)
+                outs = [not jnp.issubdtype(v.aval.dtype, jnp.inexact) or name == "select_n"
+                        for v in eqn.outvars]  # fmt: skip
+        elif name in _MOVES:
+            outs = [all(ins)] * len(outs)
+        elif name == "iota":
+            outs = [True]
+        elif name in _RULES:
+            if unroll and name == "cumlogsumexp":  # _cumulative's fallback
+                found.add(name)
+        elif unroll and name == "scan":
+            found |= _analyse_scan(eqn, ins, outs)
+        elif unroll and name == "while":
+            found |= _analyse_while(eqn, ins, outs)
+        elif unroll and name in _INDEXING:
+            start = _INDEXING[name]
+            stop = start + 1 if name in ("gather", "scatter") else len(ins)
+            if not all(ins[start:stop]):
+                found.add(name)
+            outs = [all(ins[:start]) and all(ins[stop:])]
+        else:
             found.add(name)
-    return found
+        for v, k in zip(eqn.outvars, outs, strict=True):
+            known[v] = k
+    return found, [is_known(v) for v in jaxpr.outvars]
+
+
+def _inner(closed):
+    return getattr(closed, "jaxpr", closed)
+
+
+def _analyse_closed(closed, known_in, unroll):
+    consts = getattr(closed, "consts", ())
+    return _analyse(_inner(closed), [not isinstance(c, jax.core.Tracer) for c in consts], known_in, unroll)
+
+
+def _analyse_scan(eqn, ins, outs) -> set[str]:
+    """A scan's body analysed with each carry known only if it stays known every trip (a fixed point: a
+    carry is dropped from the known ones until the body keeps every remaining one known)."""
+    p = eqn.params
+    nc, nk = p["num_consts"], p["num_carry"]
+    carry = ins[nc: nc + nk]
+    while True:
+        unruled, body = _analyse_closed(p["jaxpr"], [*ins[:nc], *carry, *ins[nc + nk:]], True)
+        kept = [c and b for c, b in zip(carry, body[:nk], strict=True)]
+        if kept == carry:
+            outs[:] = [*carry, *body[nk:]]
+            return unruled
+        carry = kept
+
+
+def _analyse_while(eqn, ins, outs) -> set[str]:
+    """A while loop's body as a scan's; ruled only if its condition is known on the carries that stay
+    known (a trip count known while tracing)."""
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    carry = ins[cn + bn:]
+    while True:
+        unruled, body = _analyse_closed(p["body_jaxpr"], [*ins[cn: cn + bn], *carry], True)
+        kept = [c and b for c, b in zip(carry, body, strict=True)]
+        if kept == carry:
+            break
+        carry = kept
+    cond_unruled, (flag,) = _analyse_closed(p["cond_jaxpr"], [*ins[:cn], *carry], True)
+    outs[:] = carry
+    return unruled | cond_unruled | (set() if flag else {"while"})
+
+
+def entry_operations(jaxpr) -> int:
+    """About how many operations on entries the jaxpr becomes when evaluated entry by entry with its loops
+    unrolled: the entries of every equation's outputs, a ``scan``'s body counted ``length`` times, a
+    ``while``'s body once (its trip count is known only while evaluating), a ``cond``'s largest branch.
+    The size of the fused kernel's right-hand side, which its compile time follows (:mod:`ukjax.fused`)."""
+    total = 0
+    for eqn in _inner(jaxpr).eqns:
+        name = eqn.primitive.name
+        if name in _INLINED and _call_jaxpr(eqn) is not None:
+            total += entry_operations(_call_jaxpr(eqn))
+        elif name == "cond":
+            total += max(entry_operations(b) for b in eqn.params["branches"])
+        elif name == "scan":
+            total += eqn.params["length"] * entry_operations(eqn.params["jaxpr"])
+        elif name == "while":
+            total += entry_operations(eqn.params["body_jaxpr"]) + entry_operations(eqn.params["cond_jaxpr"])
+        elif name not in _MOVES:
+            total += sum(int(np.prod(v.aval.shape, dtype=int)) for v in eqn.outvars)
+    return total
 
 
 class _Traced(NamedTuple):

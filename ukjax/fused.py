@@ -18,6 +18,15 @@ and not the solution use (Tsit5's first-same-as-last stage) are not evaluated. T
 constant step does (t ← t + h), so a fused trajectory equals the XLA program's up to the order of
 floating-point sums (``tests/test_fused.py``: 1e-13 in float64).
 
+Loops in the right-hand side (the ``fori_loop`` factorizations of :mod:`ukjax.linalg` above its unroll
+limit, a model's own ``scan`` or ``fori_loop``) are unrolled while the kernel is traced, where their trip
+counts are known then (:func:`ukjax._entrywise.unrolling_loops`: the body's jaxpr evaluated trip by trip on
+the entries, indexing by the loop counter resolved while tracing; ``tests/test_fused.py`` checks a
+right-hand side with a scan-based Cholesky, loop substitutions and a while loop with traced bounds to
+1e-13). A loop whose trip count depends on the data is refused with its name, and so are loops whose
+unrolled right-hand side exceeds :data:`MAX_ENTRY_OPERATIONS` operations on entries: the five-bar
+(n = 12, ~34,000), whose interpret-mode program XLA:CPU did not finish compiling in 5 minutes.
+
 Backends: on a GPU the kernel is lowered by Pallas's Triton backend, which lowers float64 arithmetic
 (libdevice's float64 functions; jax 0.10's default GPU backend, Mosaic GPU, targets warpgroup matrix
 instructions, has no float64 path, and failed to lower this kernel's jaxpr); on any other platform, and in
@@ -136,7 +145,7 @@ class _Program:
             raise ValueError(
                 f"ukjax.fused: the field's outputs {out_shapes} do not match the state {self.y_shapes}"
             )
-        self.unruled = _entrywise.unruled_primitives(self.closed.jaxpr)
+        self.unruled, self.why = _unruled(self.closed)
         self.consts = [_entrywise._entries_of_array(np.asarray(c), False) if _is_concrete(c)
                        else None for c in self.closed.consts]  # fmt: skip
         self.traced_consts = [c for c in self.closed.consts if not _is_concrete(c)]
@@ -208,10 +217,16 @@ class _Program:
         return rhs
 
 
-def _in_kernel(rhs):
+def _unrolled(rhs, in_kernel: bool):
+    """rhs evaluated with loops unrolled (:func:`ukjax._entrywise.unrolling_loops`) and, ``in_kernel``, as
+    the body of a GPU kernel (:func:`ukjax._entrywise.inside_kernel`)."""
+
     def evaluated(t, y):
-        with _entrywise.inside_kernel():
-            return rhs(t, y)
+        with _entrywise.unrolling_loops():
+            if not in_kernel:
+                return rhs(t, y)
+            with _entrywise.inside_kernel():
+                return rhs(t, y)
 
     return evaluated
 
@@ -246,8 +261,8 @@ def _launch(program: _Program, tableau_stages, steps: int, tile: int, interpret:
         t_start, h = shared_ref[0], shared_ref[1]
         y = vectors[:n_state]
         rhs = program.rhs_on_entries(vectors[n_state:], shared, tile)
-        if not interpret:  # interpret mode is XLA:CPU code: its fusion boundaries keep it quick to compile
-            rhs = _in_kernel(rhs)
+        # interpret mode is XLA:CPU code: its fusion boundaries keep it quick to compile
+        rhs = _unrolled(rhs, in_kernel=not interpret)
         rhs_vectors = lambda t, y_: [jnp.broadcast_to(v, (tile,)).astype(program.dtype) for v in rhs(t, y_)]
 
         def body(_, carry):
@@ -292,11 +307,13 @@ def integrate(field, y0, args, batched_args, *, t0, dt, steps_per_save: int, num
     (N, num_saves, ...). ``tile``: scenarios per program instance (default :data:`DEFAULT_TILE` on a GPU,
     :data:`INTERPRET_TILE` elsewhere); ``interpret``: Pallas's interpret mode (default: off on a GPU only).
     Raises ``ValueError`` where the right-hand side holds an operation the entrywise evaluation has no rule
-    for (:func:`ukjax._entrywise.unruled_primitives`): those need the XLA program."""
+    for (:func:`ukjax._entrywise.unruled_primitives`; loops are unrolled where their trip counts are known
+    while tracing and the unrolled right-hand side stays within :data:`MAX_ENTRY_OPERATIONS`): those need
+    the XLA program."""
     program = _Program(field, y0, args, batched_args)
     if program.unruled:
-        raise ValueError(f"ukjax.fused: the right-hand side holds {sorted(program.unruled)}, which the fused "
-                         "kernel cannot evaluate entry by entry; use the XLA engine")  # fmt: skip
+        raise ValueError(f"ukjax.fused: the right-hand side holds {sorted(program.unruled)}, {program.why}; "
+                         "use the XLA engine")  # fmt: skip
     on_gpu = jax.default_backend() == "gpu"
     interpret = (not on_gpu) if interpret is None else interpret
     batch = jax.tree_util.tree_leaves(y0)[0].shape[0]
@@ -351,25 +368,29 @@ def lowered_for_cuda(fn, *args) -> str:
 
 def steps_between_saves(ts, t0, dt) -> int | None:
     """The number of fixed steps between consecutive saved times when they are evenly spaced on the step grid
-    from t0 (ts[0] = t0, ts[k] = t0 + k m dt for an integer m >= 1, to 1e-9 relative); None otherwise or
-    where the times are not known on the host (traced)."""
+    from t0 (ts[0] = t0, ts[k] = t0 + k m dt for an integer m >= 1, to 1e-9 relative, or 64 ulps of the
+    times' dtype where that is coarser: float32 times such as 0.025 and a step of 0.005 are 5 steps apart to
+    6e-8 only); None otherwise or where the times are not known on the host (traced)."""
     try:
+        dtypes = [np.asarray(x).dtype for x in (ts, t0, dt)]
         ts, t0, dt = np.asarray(ts, np.float64), float(t0), float(dt)
     except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
         return None
+    ulps = 64 * max((float(np.finfo(d).eps) for d in dtypes if np.issubdtype(d, np.floating)), default=0.0)
     if (
         ts.ndim != 1
         or ts.size < 2
         or not np.all(np.isfinite(ts))
-        or abs(ts[0] - t0) > 1e-12 * max(1.0, abs(t0))
+        or abs(ts[0] - t0) > max(1e-12, ulps) * max(1.0, abs(t0))
     ):
         return None
     m = (ts[1] - ts[0]) / dt
     steps = int(round(m))
-    if steps < 1 or abs(m - steps) > 1e-9 * steps:
+    if steps < 1 or abs(m - steps) > max(1e-9, ulps) * steps:
         return None
     grid = t0 + np.arange(ts.size) * steps * dt
-    return steps if np.allclose(ts, grid, rtol=1e-12, atol=1e-12 * max(1.0, abs(float(ts[-1])))) else None
+    tol = max(1e-12, ulps)
+    return steps if np.allclose(ts, grid, rtol=tol, atol=tol * max(1.0, abs(float(ts[-1])))) else None
 
 
 def reason_not_applicable(system, config, numbers) -> str | None:
@@ -395,10 +416,35 @@ def reason_not_applicable(system, config, numbers) -> str | None:
 
 def unruled_primitives(field, y_one, args_one) -> set[str]:
     """The primitives of ``field(t, y, args)`` for one scenario (``y_one``, ``args_one`` without a batch axis)
-    that the entrywise evaluation has no rule for: empty where the fused kernel can run it."""
+    that the entrywise evaluation has no rule for, loops unrolled as the kernel unrolls them (a loop too
+    large to unroll, :data:`MAX_ENTRY_OPERATIONS`, is named): empty where the fused kernel can run it."""
     dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
     closed = jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
-    return _entrywise.unruled_primitives(closed.jaxpr)
+    return _unruled(closed)[0]
+
+
+MAX_ENTRY_OPERATIONS = 5000
+"""Operations on entries (:func:`ukjax._entrywise.entry_operations`) above which the kernel does not unroll
+a right-hand side's loops. The SCARA's right-hand side is ~1,600 and its interpret-mode program compiles
+in ~15 s; the five-bar's (n = 12: loop-based Cholesky, substitutions and pivoted LDLᵀ sweeps, 5 loops of
+12 trips over 12 x 12 matrices) unrolls into ~34,000, whose program XLA:CPU did not finish compiling in
+5 minutes (13 GB; the unrolled right-hand side alone, under ``jax.jit``, not in 280 s)."""
+
+
+def _unruled(closed) -> tuple[set[str], str]:
+    """(the primitives the kernel has no entry rule for, why): loops are unrolled
+    (:func:`ukjax._entrywise.unrolling_loops`) where their trip counts are known while tracing and the
+    unrolled right-hand side stays within :data:`MAX_ENTRY_OPERATIONS`; above it they are named as
+    without the rule."""
+    unruled = _entrywise.unruled_primitives(closed, unroll_loops=True)
+    if unruled:
+        return unruled, "which the fused kernel cannot evaluate entry by entry"
+    size = _entrywise.entry_operations(closed)
+    loops = _entrywise.unruled_primitives(closed)
+    if loops and size > MAX_ENTRY_OPERATIONS:
+        return loops, (f"whose unrolled right-hand side would hold ~{size} operations on entries, above the "
+                       f"fused kernel's {MAX_ENTRY_OPERATIONS} (its compile time)")  # fmt: skip
+    return set(), ""
 
 
 __all__ = [
@@ -410,4 +456,5 @@ __all__ = [
     "DEFAULT_TILE",
     "NUM_WARPS",
     "INTERPRET_TILE",
+    "MAX_ENTRY_OPERATIONS",
 ]
