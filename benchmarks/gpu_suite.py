@@ -133,6 +133,8 @@ def sizes(smoke: bool) -> dict:
             # the fused kernel's interpret mode compiles slowly on a CPU (tests/test_fused.py checks both
             # dtypes' arithmetic): one dtype here
             "fused_dtypes": ("float32",),
+            # float32 runs the float64 part's code with another dtype: two of its contenders are enough here
+            "float32_contenders": ("ukjax_scara", "naive_jax_scara"),
             "trees": [8],
             "chains": [8],
             "trees_former": [8],
@@ -147,7 +149,7 @@ def sizes(smoke: bool) -> dict:
             "gradient_modes": ("forward",),
             "sweep_scenarios": 16,
             "sweep_t1": 0.05,
-            "accuracy": (8, 20),
+            "accuracy": (8, 5),  # the throughput rows' program (steps, batch): read back from the cache
         }
     return {
         "scara": {
@@ -329,9 +331,23 @@ def worker_environment(dtype: str, size: dict, plan: Plan) -> dict:
     }
 
 
+def _final_states(ukjax, system, p, t1, dt):
+    """run(q0, qd0) -> (q, position violation) of a batch at t1 by ``simulate_batch`` with a fixed step dt:
+    the program of the throughput rows and of the accuracy section, so that ``--smoke``'s accuracy worker
+    reads back the throughput worker's programs from a shared persistent compilation cache (the test suite's)
+    instead of compiling them again."""
+
+    def run(q0, qd0):
+        sol = ukjax.simulate_batch(system, q0, qd0, p, t1=t1, ts=[t1], dt=dt)
+        return sol.q[:, -1], sol.position_violation[:, -1]
+
+    return run
+
+
 def _batch_rows(plan: Plan, jax, name, model, fn, make, batches, size, solver="Tsit5", extra=None) -> None:
     """One row per batch size, in order, while each row's predicted cost fits and none fails; ``extra(batch,
-    run_s, final)`` adds entries to a row."""
+    run_s, final)`` adds entries to a row. ``fn`` returns the final states, or a tuple that starts with
+    them."""
     import numpy as np
 
     steps, repeats = size["steps"], size["repeats"]
@@ -344,7 +360,7 @@ def _batch_rows(plan: Plan, jax, name, model, fn, make, batches, size, solver="T
         except Exception as error:  # out of memory, a contender that cannot run here: record, go on
             plan.errors.append(f"{name} at batch {batch}: {type(error).__name__}: {str(error)[:300]}")
             break
-        final = np.asarray(out)
+        final = np.asarray(out[0] if isinstance(out, tuple) else out)
         row = {
             "contender": name,
             "model": model,
@@ -382,11 +398,7 @@ def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
     user_params = user_scara.params(np_dtype)
 
     def on_batch(system, p):
-        def run(q0, qd0):
-            sol = ukjax.simulate_batch(system, q0, qd0, p, t1=t1, ts=[t1], dt=dt)
-            return sol.q[:, -1]
-
-        return run
+        return _final_states(ukjax, system, p, t1, dt)
 
     def without_entrywise(run):
         return lambda q0, qd0: cuda_lowering._without_entrywise(lambda: run(q0, qd0))
@@ -399,6 +411,8 @@ def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
         "naive_jax_scara": lambda q0, qd0: throughput.naive_jax(q0, qd0, paper, dt, steps=steps)[0],
     }
     make = lambda b: throughput.scenarios(base, b, 0, np_dtype)
+    if dtype == "float32" and "float32_contenders" in size:
+        contenders = {k: v for k, v in contenders.items() if k in size["float32_contenders"]}
     for name, fn in contenders.items():
         _batch_rows(plan, jax, name, "scara", fn, make, size["scara"][name], size)
     # the fused engine (simulate_batch(engine="fused"): one kernel per save interval, ukjax.fused) on the same
@@ -422,7 +436,7 @@ def worker_throughput(dtype: str, size: dict, plan: Plan) -> dict:
         if peak:
             out["peak_flop_per_s"], out["peak_fraction"] = peak, out["flop_per_s"] / peak
         if batch == size["scara"]["ukjax_user_scara_fused"][0]:
-            reference = np.asarray(jax.jit(xla_run)(*make(batch)))
+            reference = np.asarray(jax.jit(xla_run)(*make(batch))[0])
             out["max_abs_q_vs_xla_engine"] = float(np.max(np.abs(final - reference)))
         return out
 
@@ -717,10 +731,12 @@ def worker_accuracy(dtype: str, size: dict, plan: Plan, scratch: Path) -> dict:
     q0, qd0 = throughput.scenarios(base, batch, 1, np_dtype)
     system = scara.system()
 
+    run = jax.jit(_final_states(ukjax, system, p, t1, dt))
+
     def final(device):
         with jax.default_device(device):
-            sol = ukjax.simulate_batch(system, jnp.asarray(q0), jnp.asarray(qd0), p, t1=t1, ts=[t1], dt=dt)
-            return np.asarray(sol.q[:, -1], np.float64), np.asarray(sol.position_violation[:, -1], np.float64)
+            q, violation = run(jnp.asarray(q0), jnp.asarray(qd0))
+            return np.asarray(q, np.float64), np.asarray(violation, np.float64)
 
     device, cpu = jax.devices()[0], jax.devices("cpu")[0]
     q_dev, viol = final(device)

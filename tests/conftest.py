@@ -44,6 +44,11 @@ if SUITE_CACHE != "off":
     jax.config.update("jax_compilation_cache_dir", SUITE_CACHE)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # ... and for every Python subprocess a test starts (the GPU suite's smoke workers, benchmark scripts):
+    # JAX reads these variables when it is imported. A test that needs a cold or private cache sets its own.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SUITE_CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # The ``ukjax`` command turns the cache on (``ukjax.cli.main``): in-process it keeps the suite's setting, in a
 # subprocess it uses the suite's folder, never the user's ~/.cache/ukjax/xla.
 os.environ["UKJAX_CACHE_DIR"] = (

@@ -113,9 +113,10 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
     read = lambda name: json.loads((out / f"{name}.json").read_text())
     parts = read("throughput")["parts"]
     assert [p["dtype"] for p in parts] == ["float64", "float32"]
-    for part in parts:
+    every = {"ukjax_scara", "ukjax_user_scara", "ukjax_user_scara_vmap", "naive_jax_scara"}
+    for part, expected in zip(parts, (every, {"ukjax_scara", "naive_jax_scara"}), strict=True):
         contenders = {r["contender"] for r in part["rows"]}
-        assert {"ukjax_scara", "ukjax_user_scara", "ukjax_user_scara_vmap", "naive_jax_scara"} <= contenders
+        assert expected <= contenders, part.get("errors")  # --smoke: float32 with two of them
         for row in part["rows"]:
             assert row["scenario_steps_per_s"] > 0 and row["finite_fraction"] == 1.0
             assert row["compile_s"] > 0 and row["dtype"] == part["dtype"]
@@ -132,7 +133,7 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
     assert sweep["complete"] and sweep["scenarios"] == 16 and sweep["overhead"] > -1
     accuracy = read("accuracy")["parts"]
     assert accuracy[0]["max_abs_q_device_vs_cpu"] == 0.0  # on a CPU-only machine both runs are the CPU's
-    # float32 against float64 after 20 fixed steps of 5 ms: round-off, well above 0 and below 1e-3 rad
+    # float32 against float64 after 5 fixed steps of 5 ms: round-off, well above 0 and below 1e-3 rad
     assert 0 < accuracy[1]["max_abs_q_float32_cpu_vs_float64_cpu"] < 1e-3
     tests = read("tests")
     assert tests["passed"] >= 1 and tests["failures"] == tests["errors"] == 0 and tests["finished"]
