@@ -23,3 +23,25 @@ def test_import_leaves_jax_config_alone_and_float64_is_opt_in():
     assert "x64 after import: False" in out
     assert "dtype: float32 warned: True" in out
     assert "x64 after enable: True True" in out
+
+
+def test_faster_cpu_compilation_adds_its_flag_once_and_respects_the_users(monkeypatch):
+    """``ukjax.faster_cpu_compilation`` (called by the ``ukjax`` command) adds XLA:CPU's elemental-emitter
+    flag to ``XLA_FLAGS`` and keeps the user's other flags; a second call, or a user who set the flag either
+    way, changes nothing."""
+    import os
+
+    import ukjax
+    from ukjax._config import FASTER_CPU_COMPILATION_FLAG
+
+    other = "--xla_force_host_platform_device_count=2"
+    monkeypatch.setenv("XLA_FLAGS", other)
+    assert ukjax.faster_cpu_compilation() is True
+    assert os.environ["XLA_FLAGS"] == f"{other} {FASTER_CPU_COMPILATION_FLAG}"
+    assert ukjax.faster_cpu_compilation() is False
+    assert os.environ["XLA_FLAGS"].count("fusion_emitters") == 1
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert ukjax.faster_cpu_compilation() is False
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+    monkeypatch.delenv("XLA_FLAGS")
+    assert ukjax.faster_cpu_compilation() is True and os.environ["XLA_FLAGS"] == FASTER_CPU_COMPILATION_FLAG

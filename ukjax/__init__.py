@@ -13,6 +13,7 @@ from ukjax._checks import InputStatus as InputStatus
 from ukjax._checks import input_status as input_status
 from ukjax._config import enable_compilation_cache as enable_compilation_cache
 from ukjax._config import enable_float64 as enable_float64
+from ukjax._config import faster_cpu_compilation as faster_cpu_compilation
 from ukjax._config import float64_enabled as float64_enabled
 from ukjax._config import jax_version_supported as jax_version_supported
 from ukjax.constraints import AccelerationLevel as AccelerationLevel
