@@ -859,6 +859,10 @@ def run_worker(section: str, dtype: str, args, deadline: float, scratch: Path, r
     return result
 
 
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def summary_rows(results: dict) -> list[list]:
     """The printed table: one line per headline figure."""
     rows = []
@@ -985,7 +989,10 @@ def main(argv=None) -> int:
             if section not in results and section != "environment" and (out / f"{section}.json").exists():
                 done[section] = json.loads((out / f"{section}.json").read_text())
         table = summary_rows(done)
-        skipped = {s: [x for p in r.get("parts", [r]) for x in p.get("skipped", [])] for s, r in done.items()}
+        # a section file of an older schema in the same folder may hold "skipped" as a count: lists only
+        skipped = {
+            s: [x for p in r.get("parts", [r]) for x in _as_list(p.get("skipped"))] for s, r in done.items()
+        }
         write_json(
             out / "summary.json",
             {"schema": SCHEMA, "smoke": args.smoke, "budget_s": args.budget_s, "sizes": size,
