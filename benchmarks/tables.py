@@ -475,6 +475,32 @@ def robots_speed() -> str:
     return table(header, rows)
 
 
+ROBOT_STEP = "robot-step-cpu.json"
+ROBOT_STEP_PARTS = {
+    "rhs": "right-hand side alone (4 evaluations)",
+    "bare_rk4": "bare RK4 loop",
+    "diffrax_bare": "diffrax loop",
+    "simulate": "ukjax.simulate",
+}
+
+
+def robot_step() -> str:
+    """One UR5 scenario per RK4 step, part by part, the tree's recursions looped and unrolled, and MuJoCo."""
+    data = load(ROBOT_STEP)
+    rows_in, variants = data["rows"], data["config"]["variants"]
+    rows = []
+    for part, label in ROBOT_STEP_PARTS.items():
+        cells = [label]
+        for v in variants:
+            r = rows_in[f"{part}_{v}"]
+            cells.append(f"{r['us_per_step']:.3g} µs ({r['x_mujoco']:.1f}×; compile {r['compile_s']:.1f} s)")
+        rows.append(cells)
+    mujoco = f"{rows_in['mujoco_rk4']['us_per_step']:.3g} µs"
+    rows.append(["MuJoCo rollout, RK4, 1 thread", *[mujoco if i == 0 else "" for i in range(len(variants))]])
+    header = ["per RK4 step, one scenario", *[f"joint loops: {v}" for v in variants]]
+    return table(header, rows)
+
+
 GPU_RUN = "gpu-h200-2026-11-27"
 """The first GPU run (one H200, commit 76a88e8; its PROVENANCE.md says how it was run)."""
 
@@ -560,6 +586,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "compile-and-gradient": compile_and_gradient,
     "tune-gradient": tune_gradient,
     "robots-speed": robots_speed,
+    "robot-step": robot_step,
 }
 
 
