@@ -13,8 +13,10 @@ Contenders, interleaved in every round (medians over rounds; µs per RK4 step, 4
   (``_solve_traced``: SaveAt(ts), the non-finite Event, the diagnostics at the save);
 * ``mujoco_rk4``: ``mujoco.rollout`` of one scenario with ``mjINT_RK4``, one thread, constraints off.
 
-Suffixes: ``scan`` = the engine as shipped (the tree's recursions a ``lax.scan`` over the joints on the
-CPU), ``unrolled`` = the same with the joint loops unrolled (``unroll=True``, what the GPU gets). Each
+Suffixes: ``scan`` = the engine as shipped (q̈ and M⁻¹Aᵀ from one articulated-body pass with velocities,
+Featherstone 2008 Table 7.1, a ``lax.scan`` over the joints on the CPU), ``rnea_aba`` = the engine before it
+(Q = τ - C by RNEA, then M⁻¹ by the articulated-body algorithm: ``ukjax.multibody._ONE_PASS = False``),
+``unrolled`` = the shipped engine with the joint loops unrolled (``unroll=True``, what the GPU gets). Each
 variant is traced after ``jax.clear_caches()`` with its setting, then all are timed in the same rounds.
 ``uptime`` before and after and the load average per round go to the JSON with the machine and versions.
 
@@ -66,6 +68,7 @@ def ur5_path() -> Path:
 def variant(name: str):
     """Set the engine's switches for variant ``name`` and drop JAX's caches (the inner jits of
     ``System.motion`` are cached per system, not per switch)."""
+    multibody._ONE_PASS = name != "rnea_aba"
     if name == "unrolled":
         multibody._scan_per_platform = lambda step, init, xs, reverse: multibody._scanned(
             step, init, xs, reverse, unroll=True
@@ -129,7 +132,7 @@ def main(argv=None):
     parser.add_argument("--dt", type=float, default=1e-3)
     parser.add_argument("--evals", type=int, default=2000, help="right-hand sides per rhs_* run")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variants", nargs="+", default=["scan", "unrolled"])
+    parser.add_argument("--variants", nargs="+", default=["scan", "rnea_aba", "unrolled"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "robot-step-cpu.json"))
     args = parser.parse_args(argv)
@@ -140,12 +143,13 @@ def main(argv=None):
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     path = ur5_path()
     robot = robots.load(path)
-    system, params = robot.system(), robot.params
+    params = robot.params
     q0s, qd0s = initial_states(robot.n, 1, 0)
     q0, qd0 = q0s[0], qd0s[0]
     contenders, compile_s, finals = {}, {}, {}
     for name in args.variants:
         variant(name)
+        system = robot.system()  # built under the variant's switches (Tree.system reads _ONE_PASS)
         built = programs(system, params, q0, qd0, args.dt, args.steps, args.evals)
         for label, (run, seconds, per) in built.items():
             contenders[f"{label}_{name}"] = (run, per)

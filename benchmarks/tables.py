@@ -497,7 +497,9 @@ def robot_step() -> str:
         rows.append(cells)
     mujoco = f"{rows_in['mujoco_rk4']['us_per_step']:.3g} µs"
     rows.append(["MuJoCo rollout, RK4, 1 thread", *[mujoco if i == 0 else "" for i in range(len(variants))]])
-    header = ["per RK4 step, one scenario", *[f"joint loops: {v}" for v in variants]]
+    labels = {"scan": "one ABA pass (shipped)", "rnea_aba": "RNEA + ABA (before)",
+              "unrolled": "one ABA pass, joint loops unrolled"}  # fmt: skip
+    header = ["per RK4 step, one scenario", *[labels.get(v, v) for v in variants]]
     return table(header, rows)
 
 

@@ -10,6 +10,9 @@ conditioning of M, ~1e2 here).
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -18,9 +21,11 @@ import pytest
 from helpers import central_difference
 
 import ukjax
-from ukjax import dynamics, multibody
+from ukjax import dynamics, multibody, robots
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
 from ukjax.models import chain
+
+DATA = Path(__file__).parent / "data"
 
 RNG = np.random.default_rng(7)
 # A branched tree: 0 on the world; 1 and 3 on 0; 2 on 1; 4 on 3. Mixed joints, tilted axes.
@@ -409,3 +414,66 @@ def test_composed_system_solves_its_mass_block_by_block():
     # ukjax.dynamics: the Cholesky form squares the conditioning)
     np.testing.assert_allclose(qdd, qdd_dense, atol=1e-10)
     np.testing.assert_allclose(qdd, qdd_svd, atol=1e-6)
+
+
+UR5_FILE = (
+    Path(__file__).resolve().parent.parent
+    / ".robots/cmeel.prefix/share/example-robot-data/robots/ur_description/urdf/ur5_robot.urdf"
+)
+
+
+def test_one_pass_forward_dynamics_matches_rnea_then_aba_and_numpy():
+    """M⁻¹(τ - C) by one articulated-body pass with velocities and gravity (Featherstone 2008, Table 7.1:
+    ``Tree.forward_dynamics``, and the free-acceleration column of a tree's System) against the RNEA
+    (Table 5.1) then M⁻¹ by ABA (the path before it), and against numpy.linalg.solve(M, τ - C) with M by
+    CRBA: at random states of the UR5, the URDF trees of tests/data, free_ball_hinge.xml (ball and free
+    joints) and models.chain (the branched tree above is checked by ``forward`` in
+    test_tree_matches_independent_lagrangian). Tolerances relative to max |q̈|: 1e-12 against the old path
+    (the same float64 arithmetic in another order: measured <= 4e-15) and 1e-10 against numpy's dense LU
+    solve (round-off times the conditioning of M). Also the UK equation with a pin and a non-ideal force
+    through a tree's System (columns [Q + c, Q, Aᵀ] in one pass) against the same System without the
+    one-pass solve."""
+    trees = []
+    for path in [*sorted(DATA.glob("*.urdf")), DATA / "free_ball_hinge.xml", UR5_FILE]:
+        if path.is_file():
+            robot = robots.load(path)
+            trees.append((path.name, robot.tree, robot.bodies(robot.params), robot.gravity(robot.params)))
+    chain_params = chain.default_params(5, damping=0.1)
+    trees.append(("chain", chain.tree(5), chain.bodies(chain_params), chain._gravity(chain_params)))
+    states = []
+    for _, tree, _, _ in trees:
+        q = jnp.stack([tree.normalize(jnp.asarray(RNG.normal(size=tree.nq))) for _ in range(3)])
+        qd, tau = (jnp.asarray(RNG.normal(size=(3, tree.nv))) for _ in range(2))
+        states.append((q, qd, tau))
+
+    system = dataclasses.replace(chain.multibody_system(5), nonideal=lambda q, qd, t, p: -0.3 * qd)
+    old_system = dataclasses.replace(system, mass_solve=lambda q, t, p, B: system.mass_solve(q, t, p, B))
+    q0, qd0 = chain.initial_state(chain_params)[0], jnp.asarray(RNG.normal(size=5))
+
+    @jax.jit
+    def evaluate(states, q0, qd0):
+        out = []
+        for (_, tree, bodies, g), (q, qd, tau) in zip(trees, states, strict=True):
+
+            def one(q, qd, tau, tree=tree, bodies=bodies, g=g):
+                old = tree.solve_mass(q, bodies, tau - tree.bias_force(q, qd, bodies, g))
+                return (tree.forward_dynamics(q, qd, tau, bodies, g), old, tree.mass_matrix(q, bodies),
+                        tau - tree.bias_force(q, qd, bodies, g))
+
+            out.append(jax.vmap(one)(q, qd, tau))
+        motions = [s.motion(q0, qd0, 0.0, chain_params) for s in (system, old_system)]
+        return out, motions
+
+    out, (new_motion, old_motion) = evaluate(states, q0, qd0)
+    assert multibody._ONE_PASS and system._given_force_solve() is not None
+    assert old_system._given_force_solve() is None
+    for (name, *_), (new, old, M, F) in zip(trees, out, strict=True):
+        new, old = np.asarray(new), np.asarray(old)
+        reference = np.linalg.solve(np.asarray(M), np.asarray(F)[..., None])[..., 0]
+        scale = np.max(np.abs(old))
+        np.testing.assert_allclose(new, old, rtol=0, atol=1e-12 * scale, err_msg=name)
+        np.testing.assert_allclose(new, reference, rtol=0, atol=1e-10 * scale, err_msg=name)
+    for new, old in [(new_motion.qdd, old_motion.qdd),
+                     (new_motion.constraint_force.ideal, old_motion.constraint_force.ideal),
+                     (new_motion.constraint_force.nonideal, old_motion.constraint_force.nonideal)]:
+        np.testing.assert_allclose(new, old, rtol=0, atol=1e-12 * np.max(np.abs(old)))

@@ -18,7 +18,10 @@ sits at r (parent coordinates) and coordinates map by E (``x_i = E x_λ``):
 * the recursive Newton-Euler algorithm for the bias force C(q, q̇) = M-free inverse dynamics at q̈ = 0,
   including gravity (RNEA, Table 5.1), so Q = τ - C;
 * the articulated-body algorithm (ABA, Table 7.1) for M⁻¹B with any number of columns: the articulated
-  inertias I^A_i are computed once and every column is one forward/backward sweep of vectors.
+  inertias I^A_i are computed once and every column is one forward/backward sweep of vectors;
+* the same algorithm with velocities and gravity (Table 7.1 in full) for the free acceleration
+  M⁻¹(τ - C(q, q̇)) in one pass of three sweeps, without the RNEA (:meth:`Tree.forward_dynamics`, and
+  :meth:`Tree.system`'s right-hand side wherever M⁻¹ meets the given force).
 
 Bodies and their parameters (SI units) are a :class:`Bodies` of arrays built from the parameter pytree ``p``
 by a user function, so every mass, length and inertia is a differentiable leaf of ``p``, not a constant.
@@ -48,6 +51,12 @@ import numpy as np
 
 from ukjax.linalg import small_matmul as _mm
 from ukjax.system import System
+
+_ONE_PASS = True
+"""Whether :meth:`Tree.forward_dynamics` and the systems :meth:`Tree.system` builds get M⁻¹(τ - C) from one
+articulated-body pass with velocities (Featherstone 2008, Table 7.1) rather than the RNEA bias force
+(Table 5.1) followed by :meth:`Tree.solve_mass`; private, kept for A/B measurements (issue 41). Read when a
+function is traced (:meth:`Tree.forward_dynamics`) or a system is built (:meth:`Tree.system`)."""
 
 JOINT_KINDS = ("revolute", "prismatic", "ball", "free")
 JOINT_SIZES = {"revolute": (1, 1), "prismatic": (1, 1), "ball": (4, 3), "free": (7, 6)}
@@ -259,6 +268,13 @@ def _dot(a, b):
     """a @ b for a (m, c) and b (c, k) with a small contraction size c (a joint's velocities, <= 6): the sum
     of c outer products, elementwise operations that XLA fuses across a ``vmap`` batch."""
     return functools.reduce(jnp.add, (a[:, c, None] * b[None, c, :] for c in range(a.shape[1])))
+
+
+def _joint_velocities(S, qd_parts):
+    """The joints' velocities S_i q̇_i (6,) per body: a list, or one (n, 6) array for a one-DoF tree."""
+    if isinstance(S, list):
+        return [_dot(S_i, qd_i[:, None])[:, 0] for S_i, qd_i in zip(S, qd_parts, strict=True)]
+    return S[:, :, 0] * qd_parts
 
 
 def _inverse(D):
@@ -694,8 +710,78 @@ class Tree(eqx.Module):
         return qdd if B.ndim == 2 else qdd[:, 0]
 
     def forward_dynamics(self, q, qd, tau, bodies: Bodies, gravity):
-        """v̇ = M⁻¹(τ - C(q, v)) of the unconstrained tree (nv,)."""
-        return self.solve_mass(q, bodies, tau - self.bias_force(q, qd, bodies, gravity))
+        """v̇ = M⁻¹(τ - C(q, v)) of the unconstrained tree (nv,): one articulated-body pass with velocities
+        and gravity (Featherstone 2008, Table 7.1; :meth:`_solve_given`)."""
+        if not _ONE_PASS:
+            return self.solve_mass(q, bodies, tau - self.bias_force(q, qd, bodies, gravity))
+        tau = jnp.asarray(tau)
+        zero = jnp.zeros((self.nv, 1), jnp.result_type(tau, float))
+        return self._solve_given(q, qd, tau, bodies, gravity, zero, np.ones(1))[:, 0]
+
+    def _solve_given(self, q, qd, tau, bodies: Bodies, gravity, B, weights):
+        """M⁻¹(B + (τ - C(q, v)) wᵀ) (nv, k) for B (nv, k) and weights w (k,) (a NumPy constant): the
+        articulated-body algorithm of Featherstone 2008, Table 7.1, with every column linear in its share
+        w_j of the velocity terms and gravity, so the free acceleration M⁻¹(τ - C) (w_j = 1) comes out of the
+        same three sweeps as M⁻¹B (w_j = 0) and the RNEA (Table 5.1) is not needed. Gravity enters as the
+        base acceleration a_0 = -a_g = (0, -g) (Featherstone §5.3); no external forces.
+
+        1. root to leaves: v_i = ^iX_λ v_λ + S_i q̇_i, c_i = c_J + v_i ×ₘ S_i q̇_i (eq. 3.42 for c_J of a
+           free joint), p_i = v_i ×* I_i v_i;
+        2. leaves to root: I^A_i = I_i + Σ children's, p^A_i = p_i wᵀ + Σ children's, U_i = I^A_i S_i,
+           D_i = S_iᵀ U_i, u_i = τ_i - S_iᵀ p^A_i, and to the parent I^a = I^A - U D⁻¹ Uᵀ and
+           p^a = p^A + I^a c_i wᵀ + U D⁻¹ u_i;
+        3. root to leaves: a'_i = ^iX_λ a_λ + c_i wᵀ (a_λ = a_0 wᵀ at the world),
+           q̈_i = D_i⁻¹(u_i - U_iᵀ a'_i), a_i = a'_i + S_i q̈_i.
+        """
+        q = self._checked(q, bodies, qd)
+        weights = np.asarray(weights, dtype=float)
+        k = B.shape[1]
+        if B.shape != (self.nv, k) or weights.shape != (k,):
+            raise ValueError(f"expected B (nv, k) = ({self.nv}, k) and weights (k,), got {B.shape}, "
+                             f"{weights.shape}")
+        dtype = jnp.result_type(q, bodies.offset, B, qd, tau)
+        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        S = self._subspaces(E_J, dtype)
+        qd_parts = self._per_joint(jnp.asarray(qd, dtype))
+        inertia = self._inertias(bodies).astype(dtype)
+        w = jnp.asarray(weights, dtype)
+        columns = jnp.asarray(B, dtype) + jnp.asarray(tau, dtype)[:, None] * w[None, :]
+        joint_bias = self._joint_bias(E_J, qd_parts, dtype)
+
+        # pass 1 carries only v (small loops compile to one kernel on the CPU); c_i and p_i depend on body i
+        # alone and are evaluated for all bodies at once after it
+        v = self._velocities(E, r, S, jnp.asarray(qd, dtype))
+        v_joint = _stacked(_joint_velocities(S, qd_parts))
+        c = jax.vmap(_motion_cross)(v, v_joint) + (0.0 if joint_bias is None else joint_bias)
+        p = jax.vmap(lambda v_i, I: _force_cross(v_i, _mm(I, v_i)))(v, inertia)
+
+        def backward(incoming, x):
+            E_i, r_i, mass, com, inertia_c, S_i, tau_i, c_i, p_i = x
+            I_in, p_in = incoming
+            # I_i formed inside the step: its 10 parameters, not a stacked (n, 6, 6), enter the loop (a
+            # loop over small buffers compiles to one kernel on the CPU)
+            articulated = _spatial_inertia(mass, com, inertia_c) + I_in
+            pA = p_in + p_i[:, None] * w[None, :]
+            U = _mm(articulated, S_i)
+            D_inv = _inverse(_mm(S_i.T, U))
+            u = tau_i - _mm(S_i.T, pA)
+            UD = _dot(U, D_inv)
+            reduced = articulated - _dot(UD, U.T)
+            pa = pA + _mm(reduced, c_i)[:, None] * w[None, :] + _dot(UD, u)
+            return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
+
+        zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
+        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        U, D_inv, u = self._up(backward, zero, (E, r, *parameters, S, self._per_joint(columns), c, p))
+
+        def forward(a_parent, x):
+            E_i, r_i, S_i, U_i, D_inv_i, u_i, c_i = x
+            a = _to_child(E_i, r_i, a_parent) + c_i[:, None] * w[None, :]
+            qdd = _dot(D_inv_i, u_i - _mm(U_i.T, a))
+            return a + _dot(S_i, qdd), qdd
+
+        base = jnp.concatenate([jnp.zeros(3, dtype), -jnp.asarray(gravity, dtype)])[:, None] * w[None, :]
+        return _joined(self._down(forward, base, (E, r, S, U, D_inv, u, c)))
 
     # ------------------------------------------------------------------ energies
     def kinetic_energy(self, q, qd, bodies: Bodies):
@@ -729,7 +815,10 @@ class Tree(eqx.Module):
         """The tree as a :class:`ukjax.System`: M by CRBA, Q = τ(q, q̇, t, p) - C(q, q̇) by RNEA, and M⁻¹ by
         the articulated-body algorithm (``System.mass_solve``), which :meth:`ukjax.System.motion` uses for
         the Cholesky forms of the UK equation (``method="ldl"`` or ``"cholesky"``) instead of forming and
-        factorizing M.
+        factorizing M. There the free acceleration M⁻¹Q (with M⁻¹Aᵀ in the same sweeps) comes from one
+        articulated-body pass with velocities and gravity (Featherstone 2008, Table 7.1), not from the RNEA
+        (Table 5.1) followed by M⁻¹ (``mass_solve.given_force_solve``, which :class:`ukjax.System` uses only
+        while ``force`` and ``mass_solve`` are the ones built here).
 
         ``bodies(p) -> Bodies`` and ``gravity(p) -> (3,)`` read the parameters; ``applied_force(q, qd, t, p)``
         gives joint forces/torques τ (nv,) (default none); the rest as for :class:`ukjax.System`. A tree with
@@ -746,6 +835,16 @@ class Tree(eqx.Module):
 
         def mass_solve(q, t, p, B):
             return self.solve_mass(q, bodies(p), B)
+
+        def given_force_solve(q, qd, t, p, B, weights):
+            # M⁻¹(B + Q wᵀ) with Q = τ - C: one articulated-body pass with velocities (Table 7.1), no RNEA
+            tau = jnp.zeros(self.nv, jnp.result_type(q, qd, float)) if applied_force is None else (
+                jnp.asarray(applied_force(q, qd, t, p)))
+            return self._solve_given(q, qd, tau, bodies(p), gravity(p), B, weights)
+
+        if _ONE_PASS:
+            given_force_solve.agrees_with = force
+            mass_solve.given_force_solve = given_force_solve
 
         def kinetic(q, qd, t, p):
             return self.kinetic_energy(q, qd, bodies(p))

@@ -41,6 +41,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 
 from ukjax import dynamics
 from ukjax._checks import symmetric_part
@@ -613,8 +614,10 @@ class System(eqx.Module):
 
     def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
+        given_solve = self._given_force_solve() if uses_mass_solve and force is None else None
         c, blocks, M, Q = evaluate_shared(
-            functools.partial(self._model_terms, mass=not uses_mass_solve), q, qd, t, p, force
+            functools.partial(self._model_terms, mass=not uses_mass_solve, given=given_solve is None),
+            q, qd, t, p, force,
         )
         A, b = stack_blocks(blocks, self.n, jnp.result_type(q))
         rows = tuple(A_k.shape[0] for A_k, _ in blocks)
@@ -624,9 +627,21 @@ class System(eqx.Module):
             A_solve, b_solve = A, b
         if uses_mass_solve:
             self._refuse_clearance("solver='uk'")
-            qdd, reaction = dynamics.uk_solve_with(
-                lambda B: self.solve_mass(q, t, p, B), Q, A_solve, b_solve, c, method=method, rtol=rtol
-            )
+            solve = lambda B: self.solve_mass(q, t, p, B)  # noqa: E731
+            if given_solve is not None:
+                # M⁻¹ applied to [Q + c, (Q,) Aᵀ] with the given force's share in the first 1 (2 with c)
+                # columns: Q passed as 0 and added back inside the solve, M⁻¹(B + Q wᵀ)
+                Q = jnp.zeros(self.n, jnp.result_type(q, qd, float))
+                given = 1 if c is None else 2
+
+                def solve(B):
+                    weights = np.arange(B.shape[1]) < given
+                    X = jnp.asarray(given_solve(q, qd, t, p, B, weights))
+                    if X.shape != B.shape:
+                        raise ValueError(f"given_force_solve returned shape {X.shape}; expected {B.shape}")
+                    return X
+
+            qdd, reaction = dynamics.uk_solve_with(solve, Q, A_solve, b_solve, c, method=method, rtol=rtol)
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         F = Q if c is None else Q + c
         if solver in dynamics.SINGULAR_MASS_FORMS and A.shape[0] > 0:
@@ -649,12 +664,25 @@ class System(eqx.Module):
         qdd = dynamics.recursive_uk_acceleration(M, F, level_blocks, covariances, rtol=rtol)
         return Motion(qdd=qdd, constraint_force=None, A=A, b=b, rows=rows)
 
-    def _model_terms(self, q, qd, t, p, force, *, mass: bool):
+    def _given_force_solve(self):
+        """``(q, qd, t, p, B, w) -> M⁻¹(B + Q wᵀ)`` (B (n, k), w (k,)) where ``mass_solve`` carries one
+        (``mass_solve.given_force_solve``, set by :meth:`ukjax.multibody.Tree.system`: the articulated-body
+        algorithm with velocities, Featherstone 2008 Table 7.1, so Q = τ - C is never formed) and it agrees
+        with this system's ``force``; else None."""
+        solve = getattr(self.mass_solve, "given_force_solve", None)
+        if solve is None or getattr(solve, "agrees_with", None) is not self.force:
+            return None
+        return solve
+
+    def _model_terms(self, q, qd, t, p, force, *, mass: bool, given: bool = True):
         """(c, constraint blocks, M or None, Q) at one state: every model function :meth:`motion` reads,
         evaluated together (:func:`ukjax._shared.evaluate_shared` shares their transcendental values).
-        ``force`` replaces Q; ``mass=False`` skips M (``mass_solve`` applies M⁻¹)."""
+        ``force`` replaces Q; ``mass=False`` skips M (``mass_solve`` applies M⁻¹); ``given=False`` skips Q
+        (None: the solve applies M⁻¹ to it, :meth:`_given_force_solve`)."""
         c = self.nonideal_vector(q, qd, t, p)
         blocks = self.constraint_blocks(q, qd, t, p)
+        if not given:
+            return c, blocks, None, None
         if force is not None:
             return c, blocks, self.mass_matrix(q, t, p) if mass else None, jnp.asarray(force)
         if mass:
