@@ -627,20 +627,14 @@ class System(eqx.Module):
             A_solve, b_solve = A, b
         if uses_mass_solve:
             self._refuse_clearance("solver='uk'")
-            solve = lambda B: self.solve_mass(q, t, p, B)  # noqa: E731
-            if given_solve is not None:
+            if given_solve is None:
+                solve = lambda B: self.solve_mass(q, t, p, B)  # noqa: E731
+            else:
                 # M⁻¹ applied to [Q + c, (Q,) Aᵀ] with the given force's share in the first 1 (2 with c)
                 # columns: Q passed as 0 and added back inside the solve, M⁻¹(B + Q wᵀ)
                 Q = jnp.zeros(self.n, jnp.result_type(q, qd, float))
                 given = 1 if c is None else 2
-
-                def solve(B):
-                    weights = np.arange(B.shape[1]) < given
-                    X = jnp.asarray(given_solve(q, qd, t, p, B, weights))
-                    if X.shape != B.shape:
-                        raise ValueError(f"given_force_solve returned shape {X.shape}; expected {B.shape}")
-                    return X
-
+                solve = lambda B: given_solve(q, qd, t, p, B, np.arange(B.shape[1]) < given)  # noqa: E731
             qdd, reaction = dynamics.uk_solve_with(solve, Q, A_solve, b_solve, c, method=method, rtol=rtol)
             return Motion(qdd=qdd, constraint_force=reaction, A=A, b=b, rows=rows)
         F = Q if c is None else Q + c
