@@ -242,7 +242,7 @@ class Plan:
 def _setup(dtype: str):
     """Import JAX, ukjax and the benchmark modules in a worker, then set the dtype's float64 switch (the
     benchmark modules switch float64 on when imported, so the switch is set after them)."""
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(ROOT)]  # this checkout's ukjax, installed or not
     import cuda_lowering  # noqa: F401
     import jax
     import scaling  # noqa: F401
@@ -854,8 +854,8 @@ def run_worker(section: str, dtype: str, args, deadline: float, scratch: Path, r
         result["rows"] = [r for r in lines if r.get("section") == section and r.get("dtype") == dtype]
     result["status"] = "ok" if ok else "error"
     result["wall_s"] = time.perf_counter() - tic
-    if not ok:
-        result["error"] = tail[-2500:]
+    if not ok:  # the worker's own traceback where it wrote one (its output may be empty), else its output
+        result["error"] = result.get("error") or tail[-2500:] or "the worker exited with no output"
     return result
 
 
