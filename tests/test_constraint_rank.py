@@ -88,12 +88,14 @@ def test_compress_rows_is_differentiable():
         A_r, b_r = dynamics.compress_rows(A, A @ x0, 2)
         return jnp.linalg.pinv(A_r) @ b_r
 
-    derivative = jax.jit(jax.jacfwd(f))(0.0)
+    # f, its forward- and its reverse-mode derivative as ONE compiled program (three were compiled before;
+    # the ε = ±h calls for the finite difference reuse it and ignore its derivatives)
+    program = jax.jit(lambda eps: (f(eps), jax.jacfwd(f)(eps), jax.jacrev(f)(eps)))
+    _, derivative, reverse = program(0.0)
     h = 1e-6
-    f_jit = jax.jit(f)
-    fd = (f_jit(h) - f_jit(-h)) / (2 * h)
+    fd = (program(h)[0] - program(-h)[0]) / (2 * h)
     np.testing.assert_allclose(derivative, fd, atol=1e-8)  # truncation h² ~ 1e-12, round-off eps/h ~ 1e-10
-    np.testing.assert_allclose(jax.jit(jax.jacrev(f))(0.0), derivative, atol=1e-12)
+    np.testing.assert_allclose(reverse, derivative, atol=1e-12)
 
 
 # ------------------------------------------------------------------------- System.constraint_rank
@@ -146,12 +148,14 @@ def test_declared_rank_plain_jit_vmap_grad(state):
     np.testing.assert_allclose(jitted, plain, atol=1e-12)
     np.testing.assert_allclose(batched[0], plain, atol=1e-12)
 
-    @jax.jit
     def loss(length):
         return jnp.sum(system.acceleration(q, qd, 0.0, {**p, "length": length}) ** 2)
 
-    grad = jax.jit(jax.grad(loss))(p["length"])
-    fd = np.stack([central_difference(loss, p["length"], e) for e in np.eye(LINKS)])
+    # the loss and its gradient as one compiled program (the finite differences read its value)
+    value_and_grad = jax.jit(jax.value_and_grad(loss))
+    grad = value_and_grad(p["length"])[1]
+    value = lambda length: value_and_grad(length)[0]
+    fd = np.stack([central_difference(value, p["length"], e) for e in np.eye(LINKS)])
     # a loss of O(1e4): truncation h² ~ 1e-12 relative, round-off eps ‖loss‖/h ~ 1e-6 absolute
     np.testing.assert_allclose(grad, fd, rtol=1e-6)
 

@@ -112,19 +112,23 @@ def test_motor_torques_reach_links_only_through_the_springs():
     direct = System(
         mass=fj.mass_matrix, force=fj.given_force, n=4, actuation=fj.actuation, servo_constraints=(task,)
     )
-    equation, (A_s, M, B) = jax.jit(  # one compiled call
-        lambda q, qd, p: (
-            control.servo_equation(direct, q, qd, 0.0, p),
+    def servo_terms(q, qd, p):
+        equation = control.servo_equation(direct, q, qd, 0.0, p)
+        return (
+            equation,
+            control.servo_controllability(equation.D, equation.r).feasible,
             (
                 fj.motor_servo_constraint().second_order(q, qd, 0.0, p)[0],
                 fj.mass_matrix(q, 0.0, p),
                 fj.actuation(q, 0.0, p),
             ),
         )
-    )(q, qd, p)
+
+    # one compiled call (the controllability test inside it: eagerly it compiles a dozen small programs)
+    equation, feasible, (A_s, M, B) = jax.jit(servo_terms)(q, qd, p)
     # Block-diagonal M and B = [0; I]: A M⁻¹B is exactly zero, so the link-rate task alone is infeasible.
     assert_tree_allclose(equation.D, np.zeros((1, 2)), rtol=0, atol=1e-15)
-    assert not bool(control.servo_controllability(equation.D, equation.r).feasible)
+    assert not bool(feasible)
     # The torque servo constraint of the model involves q̈₂ with coefficient K: A_s M⁻¹B = K J⁻¹.
     D = A_s @ np.linalg.solve(np.asarray(M), np.asarray(B))
     K_over_J = np.diag([float(p["K1"] / p["J11"]), float(p["K2"] / p["J22"])])

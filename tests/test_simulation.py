@@ -174,9 +174,9 @@ def test_grad_wrt_mass_and_baumgarte_gains_matches_finite_differences():
 def test_max_steps_reached_is_a_status_not_an_exception():
     p = pendulum_params()
     q0, qd0 = pendulum_state(1.0, 0.0, 0.8)
-    # 21 of the 100 steps: the budget of the fixed-step program of t1 = 1.0, dt = 0.05 (max_steps is static,
-    # t1 and dt are numbers), compiled once for this test and the blow-up test below
-    sol = simulate(PENDULUM, q0, qd0, p, **FIXED, max_steps=21)
+    # 101 of the 200 steps of dt = 0.005: the budget the shared fixed-step program (FIXED: 100 steps of 0.01,
+    # +1) already has. max_steps is static, t1 and dt are numbers, so this reuses that compiled program.
+    sol = simulate(PENDULUM, q0, qd0, p, t1=1.0, dt=0.005, max_steps=101)
     assert int(sol.status) == RESULTS.max_steps_reached
     assert "max_steps" in sol.message
 
@@ -190,8 +190,9 @@ def test_nonfinite_parameters_and_blow_up_give_status():
     sol = jax.jit(lambda p: simulate(PENDULUM, q0, qd0, p, t1=1.0))(pendulum_params(m=np.nan))
     assert int(sol.status) == RESULTS.nonfinite_state
     assert int(sol.num_steps) < 100
-    # A fixed step far beyond the stability limit of stiff Baumgarte gains diverges to inf/NaN.
-    sol = simulate(PENDULUM, q0 * 1.1, qd0, pendulum_params(alpha=0.0, beta=1e5), t1=1.0, dt=0.05)
+    # A fixed step far beyond the stability limit of stiff Baumgarte gains diverges to inf/NaN (β dt = 1e3;
+    # the shared fixed-step program, FIXED).
+    sol = simulate(PENDULUM, q0 * 1.1, qd0, pendulum_params(alpha=0.0, beta=1e5), **FIXED)
     assert int(sol.status) == RESULTS.nonfinite_state
     # In a batch, the failing scenario does not stop the good one.
     params = jax.tree_util.tree_map(

@@ -159,7 +159,10 @@ def test_a_batch_larger_than_its_chunk_without_position_residuals(system):
     batch = 5  # 3 chunks of 2, one padded scenario
     q0 = jnp.stack([jnp.arange(batch, dtype=jnp.float64), jnp.zeros(batch)], axis=1)
     qd0 = jnp.ones((batch, 2)) * jnp.arange(1.0, batch + 1.0)[:, None]
-    options = dict(t1=0.2, dt0=0.05, ts=jnp.linspace(0.0, 0.2, 3))
+    # Euler: the chunking (and its zero-size arrays) is the same for every solver, and Euler's programs
+    # compile in ~0.7x the CPU time of the default Tsit5's (measured 3.9 + 3.4 against 6.5 + 4.8 CPU-s for
+    # the chunked and the whole batch); the comparison chunked = whole is still exact.
+    options = dict(t1=0.2, dt0=0.05, ts=jnp.linspace(0.0, 0.2, 3), solver="Euler")
     chunked = simulate_batch(system, q0, qd0, {}, chunk_size=2, **options)
     whole = simulate_batch(system, q0, qd0, {}, chunk_size=None, **options)
     assert chunked.position_residual.shape == (batch, 3, 0)

@@ -5,8 +5,10 @@ the SCARA on 4 simulated devices finishes (it hung in jaxlib's batched LAPACK be
 All on a tiny model (tests/sweep_models.py, given as ``module:function`` the way a user gives their own): a
 Cartesian pendulum, Heun fixed step, 512 scenarios. Several devices are simulated in a subprocess
 (``--xla_force_host_platform_device_count=4`` added to ``XLA_FLAGS``, fixed when JAX starts); two processes
-run ``jax.distributed`` on a localhost coordinator (gloo CPU collectives). Those subprocesses start when the
-module's first test runs and are collected later, so their compiles overlap the in-process ones.
+run ``jax.distributed`` on a localhost coordinator (gloo CPU collectives). The 4-device subprocesses start
+when the module's first sweep test runs and are collected later, so their compiles overlap the in-process
+ones; the two processes start after the in-process reference run, whose compiled programs they read from the
+suite's persistent compilation cache.
 
 Tolerance of the invariance checks: 1e-12 of max(1, each column's largest magnitude). The inputs and the
 integrated states agree to the last bit; XLA vectorizes the reductions over saved times differently for
@@ -141,7 +143,8 @@ def spec_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def background(spec_file, tmp_path_factory):
-    """Start the 4-device run and the two-process run now; tests collect them with ``_finish``."""
+    """Start the 4-device runs now; tests collect them with ``_finish``. (The two-process run starts after the
+    reference: see :func:`reference`.)"""
     root = tmp_path_factory.mktemp("background")
     jobs = {}
     jobs["devices4"] = [
@@ -162,6 +165,15 @@ def background(spec_file, tmp_path_factory):
             text=True,
         )
     ]
+    yield root, jobs
+    for procs in jobs.values():
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def _start_two_processes(spec_file, root, jobs):
+    """The two-process run (each process one device, chunks of 64: the reference's programs)."""
     port = _free_port()
     jobs["processes2"] = [
         subprocess.Popen(
@@ -182,11 +194,6 @@ def background(spec_file, tmp_path_factory):
         )
         for i in range(2)
     ]
-    yield root, jobs
-    for procs in jobs.values():
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
 
 
 def _finish(procs) -> list[str]:
@@ -204,11 +211,17 @@ def _finish(procs) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(background, tmp_path_factory):
-    """The sweep in this process on one device, chunks of 64."""
+def reference(background, spec_file, tmp_path_factory):
+    """The sweep in this process on one device, chunks of 64.
+
+    The two-process run starts only once this one has finished: each of its processes runs this same chunk
+    program (one device, chunks of 64) and the same trajectory programs, which it then reads from the suite's
+    persistent compilation cache instead of compiling them again (started together with this run, three
+    processes compiled the same programs at once: ~20 CPU-s more)."""
     out = tmp_path_factory.mktemp("reference")
     summary = sweep.run(SPEC, out=out, devices=1, progress=False)
     assert summary.complete and summary.scenarios_written == TOTAL
+    _start_two_processes(spec_file, *background)
     return out, sweep.load(out)
 
 

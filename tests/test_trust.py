@@ -23,10 +23,12 @@ def _line(*constraints):
                   constraints=constraints)
 
 
-CONTRADICTORY = _line(Holonomic(lambda q, t, p: q - 1.0, name="at_plus_one"),
-                      Holonomic(lambda q, t, p: q + 1.0, name="at_minus_one"))
-MOVING_APART = _line(Holonomic(lambda q, t, p: q - t, name="x_is_t"),
-                     Holonomic(lambda q, t, p: q + t, name="x_is_minus_t"))
+# x = c + v t and x = -(c + v t): contradictory for c = 1, v = 0 (x = 1 and x = -1), moving apart for c = 0,
+# v = 1 (x = t and x = -t). One system with c and v as parameters: both cases share one compiled program.
+TWO_TARGETS = _line(Holonomic(lambda q, t, p: q - (p["c"] + p["v"] * t), name="x_is_target"),
+                    Holonomic(lambda q, t, p: q + (p["c"] + p["v"] * t), name="x_is_minus_target"))
+CONTRADICTORY = {"m": f64(1.0), "c": f64(1.0), "v": f64(0.0)}
+MOVING_APART = {"m": f64(1.0), "c": f64(0.0), "v": f64(1.0)}
 CIRCLE = System(
     mass=lambda q, t, p: p["m"] * jnp.eye(2),
     force=lambda q, qd, t, p: jnp.stack([0.0 * q[0], -p["m"] * 9.81]),
@@ -38,14 +40,14 @@ P = {"m": f64(1.0)}
 
 def test_contradictory_constraints_are_not_success():
     # x = 1 and x = -1 without stabilization: A q̈ = b is consistent (b = 0) but φ = (0, 2) throughout.
-    sol = simulate(CONTRADICTORY, f64([1.0]), f64([0.0]), P, t1=1.0, dt=0.1)
+    sol = simulate(TWO_TARGETS, f64([1.0]), f64([0.0]), CONTRADICTORY, t1=1.0, dt=0.1)
     assert int(sol.status) == RESULTS.constraint_violated and not bool(sol.ok)
     # x = 1 is 2 m from x = -1: the violation is that distance in units of the default 1 µm tolerance
     assert float(sol.position_violation[-1]) == pytest.approx(2.0 / 1e-6, rel=1e-7)
     with pytest.raises(SimulationError, match="the constraints did not hold"):
-        simulate(CONTRADICTORY, f64([1.0]), f64([0.0]), P, t1=1.0, dt=0.1, throw=True)
+        simulate(TWO_TARGETS, f64([1.0]), f64([0.0]), CONTRADICTORY, t1=1.0, dt=0.1, throw=True)
     # x = t and x = -t: both hold at t = 0 only, then drift apart
-    sol = simulate(MOVING_APART, f64([0.0]), f64([0.0]), P, t1=1.0, dt=0.1)
+    sol = simulate(TWO_TARGETS, f64([0.0]), f64([0.0]), MOVING_APART, t1=1.0, dt=0.1)
     assert int(sol.status) == RESULTS.constraint_violated
 
 
