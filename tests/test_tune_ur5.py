@@ -91,10 +91,11 @@ def test_servo_torque_matches_a_solve_from_mujocos_matrices(arm):
         u_ref, qdd_ref = mujoco_control(q, qd, t, path, GAIN, GAIN)
         assert np.max(np.abs(u - u_ref)) <= 1e-8 * np.max(np.abs(u_ref))
         assert np.max(np.abs(qdd - qdd_ref)) <= 1e-8 * np.max(np.abs(qdd_ref))
-    # jit of one state gives the batch's numbers; with the model's parameters equal to the plant's,
-    # servo_force reproduces simulate's own control hook (closed_loop_acceleration, LAPACK SVD)
-    one = jax.jit(closed_loop)(qs[1], qds[1], ts[1])
-    np.testing.assert_allclose(one[1], qdds[1], rtol=1e-12, atol=1e-12)
+    # jit of one state gives the batch's numbers (the plant's q̈, servo torque included: only it is compared,
+    # so only it is compiled unbatched); with the model's parameters equal to the plant's, servo_force
+    # reproduces simulate's own control hook (closed_loop_acceleration, LAPACK SVD)
+    one = jax.jit(lambda q, qd, t: plant.acceleration(q, qd, t, params))(qs[1], qds[1], ts[1])
+    np.testing.assert_allclose(one, qdds[1], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(qdds, exact, rtol=1e-10, atol=1e-12)
 
 
