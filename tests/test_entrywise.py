@@ -188,7 +188,8 @@ SCARA_SIZE = 2 * options.ENTRYWISE_MIN_BATCH
 SCARA_RUN = dict(t1=0.2, dt=1e-3, ts=[0.1, 0.2], solver=ukjax.RK4())
 
 
-def _scara_batch():
+@functools.cache  # one System object for the module: a new one retraced the chunked program for the central
+def _scara_batch():  # differences of the forward-mode test (its compilation read back from the disk cache)
     system, p = scara.system(), scara.default_params()
     q0, qd0 = scara.initial_state(p)
     q0s = q0 + jnp.linspace(0.0, 1e-3, SCARA_SIZE)[:, None] * jnp.array([0.0, 1.0, -1.0, 0.0])

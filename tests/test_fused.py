@@ -9,6 +9,7 @@ which the dynamics amplify over the steps as they amplify a one-ulp change of th
 bound; a wrong stage weight or a missing stage gives differences of order h^p, above 1e-8 here.
 """
 
+import functools
 import sys
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def _random_system():
     return system, params, q0, qd0
 
 
-def _case(name):
+@functools.cache  # one System object per case for the module: simulate_batch's programs compiled for a
+def _case(name):  # case are reused by every later test that runs it with the same shapes and options
     if name == "scara":
         p = scara.default_params()
         return (scara.system(), p, *scara.initial_state(p))
@@ -222,6 +224,7 @@ def test_simulate_batch_engine_fused_equals_the_xla_engine():
     Q0 = jnp.asarray(np.asarray(q0) + 1e-3 * rng.normal(size=(BATCH, 4)))
     QD0 = jnp.tile(qd0, (BATCH, 1))
     t1 = (SAVES - 1) * STEPS_PER_SAVE * DT
+    # the options and shapes of the SCARA's interpret-mode test above: its XLA program serves here again
     kw = dict(t1=t1, ts=jnp.linspace(0.0, t1, SAVES), dt=DT, solver=ukjax.RK4())
     xla = ukjax.simulate_batch(system, Q0, QD0, params, engine="xla", **kw)
     kernel = ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw)
@@ -256,9 +259,12 @@ def test_fused_engine_derivatives_are_the_xla_engines_in_both_modes():
 
 def test_engine_choice_and_refusals():
     system, params, q0, qd0 = _case("random")
-    Q0, QD0 = jnp.tile(q0, (2, 1)), jnp.tile(qd0, (2, 1))
+    # BATCH scenarios, the default solver (Tsit5), the same span (its step count is the step budget: static)
+    # and saves: the XLA program of the random case's interpret-mode test above (the same System object)
+    Q0, QD0 = jnp.tile(q0, (BATCH, 1)), jnp.tile(qd0, (BATCH, 1))
+    t1 = (SAVES - 1) * STEPS_PER_SAVE * DT
     # on this CPU "auto" takes the XLA program (the kernel is for GPUs; interpret mode only tests it)
-    sol = ukjax.simulate_batch(system, Q0, QD0, params, t1=4 * DT, ts=jnp.linspace(0, 4 * DT, 3), dt=DT)
+    sol = ukjax.simulate_batch(system, Q0, QD0, params, t1=t1, ts=jnp.linspace(0, t1, SAVES), dt=DT)
     assert sol.engine == "xla"
     refusals = {
         "fixed step only": dict(t1=0.01),  # adaptive
