@@ -617,15 +617,16 @@ class Tree(eqx.Module):
             diagonal[s, s] = 1.0  # the joints' own blocks, in both subtree and its transpose
         return subtree + subtree.T - jnp.asarray(diagonal, E.dtype) * subtree
 
-    def _velocities(self, E, r, S, qd):
-        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i (n, 6)."""
+    def _velocities(self, E, r, v_joint):
+        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i (n, 6) from the joints' S_i q̇_i
+        (:func:`_joint_velocities`)."""
 
         def step(v_parent, x):
-            E_i, r_i, S_i, qd_i = x
-            v = _to_child(E_i, r_i, v_parent) + _dot(S_i, qd_i[:, None])[:, 0]
+            E_i, r_i, v_joint_i = x
+            v = _to_child(E_i, r_i, v_parent) + v_joint_i
             return v, v
 
-        return _stacked(self._down(step, jnp.zeros(6, E.dtype), (E, r, S, self._per_joint(qd))))
+        return _stacked(self._down(step, jnp.zeros(6, E.dtype), (E, r, v_joint)))
 
     def bias_force(self, q, qd, bodies: Bodies, gravity):
         """C(q, v) = τ needed for v̇ = 0: Coriolis, centrifugal and gravity terms (nv,), by the recursive
@@ -648,8 +649,7 @@ class Tree(eqx.Module):
         def forward(parent, x):
             # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + c_J + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
             v_parent, a_parent = parent
-            E_i, r_i, S_i, qd_i, I, *rest = x
-            v_joint = _dot(S_i, qd_i[:, None])[:, 0]
+            E_i, r_i, S_i, v_joint, I, *rest = x
             v = _to_child(E_i, r_i, v_parent) + v_joint
             a = _to_child(E_i, r_i, a_parent) + _motion_cross(v, v_joint)
             if bias is not None:
@@ -658,7 +658,7 @@ class Tree(eqx.Module):
                 a = a + _dot(S_i, rest.pop(0)[:, None])[:, 0]
             return (v, a), _mm(I, a) + _force_cross(v, _mm(I, v))
 
-        xs = (E, r, S, qd_parts, self._inertias(bodies), *extra)
+        xs = (E, r, S, _joint_velocities(S, qd_parts), self._inertias(bodies), *extra)
         force = _stacked(self._down(forward, (jnp.zeros(6, dtype), base), xs))
 
         def backward(incoming, x):
@@ -750,8 +750,9 @@ class Tree(eqx.Module):
 
         # pass 1 carries only v (small loops compile to one kernel on the CPU); c_i and p_i depend on body i
         # alone and are evaluated for all bodies at once after it
-        v = self._velocities(E, r, S, jnp.asarray(qd, dtype))
-        v_joint = _stacked(_joint_velocities(S, qd_parts))
+        v_joint = _joint_velocities(S, qd_parts)
+        v = self._velocities(E, r, v_joint)
+        v_joint = _stacked(v_joint)
         c = jax.vmap(_motion_cross)(v, v_joint) + (0.0 if joint_bias is None else joint_bias)
         p = jax.vmap(lambda v_i, I: _force_cross(v_i, _mm(I, v_i)))(v, inertia)
 
@@ -788,7 +789,8 @@ class Tree(eqx.Module):
         """T = ½ Σ v_iᵀ I_i v_i (J)."""
         q = self._checked(q, bodies, qd)
         E_J, E, r = self._joint_transforms(q, bodies)
-        velocity = self._velocities(E, r, self._subspaces(E_J, E.dtype), jnp.asarray(qd, E.dtype))
+        S = self._subspaces(E_J, E.dtype)
+        velocity = self._velocities(E, r, _joint_velocities(S, self._per_joint(jnp.asarray(qd, E.dtype))))
         inertia = self._inertias(bodies)
         return 0.5 * jnp.sum(velocity * jnp.einsum("nij,nj->ni", inertia, velocity))
 
