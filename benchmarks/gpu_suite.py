@@ -476,12 +476,7 @@ def robot_file(name: str) -> Path:
     from ukjax.studies._common import example_robot_file
 
     relative = ROBOT_FILES[name]
-    if Path(relative).is_absolute():
-        return Path(relative)
-    folder = os.environ.get("UKJAX_ROBOT_DATA")
-    if folder and (Path(folder) / relative).is_file():
-        return Path(folder) / relative
-    return example_robot_file(relative)
+    return Path(relative) if Path(relative).is_absolute() else example_robot_file(relative)
 
 
 def _with_looped_tree_scans(thunk):

@@ -45,24 +45,25 @@ from ukjax import multibody, robots
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_info, write_results  # noqa: E402
-from robots_speed import initial_states, mujoco_model  # noqa: E402
+from robots_speed import HOMES, initial_states, mujoco_model  # noqa: E402
 from scaling import MujocoRollout  # noqa: E402
 
 UR5 = "ur_description/urdf/ur5_robot.urdf"
 
 
 def ur5_path() -> Path:
-    """The UR5 URDF: example-robot-data if installed, else ``$UKJAX_ROBOT_DATA`` or the repository's
-    ``.robots`` copy of its wheel."""
+    """The UR5 URDF: from ``$UKJAX_ROBOT_DATA`` or the installed example-robot-data
+    (:func:`ukjax.studies._common.example_robot_file`), else the repository's ``.robots`` copy of its
+    wheel."""
     from ukjax.studies._common import example_robot_file
 
-    candidates = [os.environ.get("UKJAX_ROBOT_DATA", "")]
-    root = Path(__file__).resolve().parent.parent
-    candidates.append(str(root / ".robots/cmeel.prefix/share/example-robot-data/robots"))
-    for folder in candidates:
-        if folder and (Path(folder) / UR5).is_file():
-            return Path(folder) / UR5
-    return example_robot_file(UR5)
+    try:
+        return example_robot_file(UR5)
+    except FileNotFoundError:
+        copy = Path(__file__).resolve().parent.parent / ".robots/cmeel.prefix/share/example-robot-data/robots"
+        if (copy / UR5).is_file():
+            return copy / UR5
+        raise
 
 
 def variant(name: str):
@@ -144,7 +145,7 @@ def main(argv=None):
     path = ur5_path()
     robot = robots.load(path)
     params = robot.params
-    q0s, qd0s = initial_states(robot.n, 1, 0)
+    q0s, qd0s = initial_states(robot, HOMES["ur5"], 1, 0)
     q0, qd0 = q0s[0], qd0s[0]
     contenders, compile_s, finals = {}, {}, {}
     for name in args.variants:

@@ -1,12 +1,15 @@
-"""Speed per step of a loaded robot against MuJoCo on the same file: the UR5 of example-robot-data, RK4 like
-for like.
+"""Speed per step of a loaded robot against MuJoCo on the same file: the UR5 or the Panda of
+example-robot-data, RK4 like for like.
 
-The UR5 URDF is loaded by ``ukjax.robots.load`` (``robot.system()``: Q = -C(q, q̇) by RNEA with gravity,
+The URDF is loaded by ``ukjax.robots.load`` (``robot.system(loops=False)``: Q = -b q̇ - C(q, q̇), C by RNEA
+with gravity,
 M⁻¹ by the articulated-body algorithm, Featherstone 2008, Tables 5.1 and 7.1) and compiled by MuJoCo
 directly (``benchmarks/validate_robots.py``'s ``mujoco_urdf_model``: MuJoCo fuses the static links itself).
-Passive dynamics: gravity, no contacts, no joint limits (MuJoCo's constraints disabled; the URDF has no
-damping), the same N initial states (q uniform in ±1 rad about a home pose, q̇ uniform in ±1 rad/s), the same
-fixed step and number of steps. Contenders, interleaved in every round (medians over rounds):
+Passive dynamics: gravity and the URDF's joint damping, no contacts, no joint limits, no equalities (MuJoCo's
+constraints disabled; the Panda's finger mimic equality left out of both), the same N initial states (each
+hinge uniform in ±1 rad about a home pose and its rate in ±1 rad/s; each slide, the Panda's fingers, in ±1 cm
+and ±1 cm/s), the same fixed step and number of steps.
+Contenders, interleaved in every round (medians over rounds):
 
 * ``ukjax_rk4``: :func:`ukjax.simulate_batch` with ``solver=ukjax.RK4()`` (classical Runge-Kutta, 4
   evaluations per step) and a fixed ``dt``, one compiled program (``scaling.ukjax_batch``), float64;
@@ -18,7 +21,8 @@ compile time, the ratio MuJoCo / ukjax (above 1: ukjax is faster), and the large
 joint angles between ukjax and MuJoCo (the same ODE and the same method: rounding, amplified by the motion).
 ``uptime`` before and after goes to the JSON with the machine and the versions.
 
-    python3 benchmarks/robots_speed.py                  # N = 1, 64, 1024; 0.5 s at 1 ms
+    python3 benchmarks/robots_speed.py                  # UR5, N = 1, 64, 1024; 0.5 s at 1 ms
+    python3 benchmarks/robots_speed.py --robot panda    # the Panda (9 coordinates: 7 hinges, 2 fingers)
     python3 benchmarks/robots_speed.py --quick          # N = 1, 8; 0.05 s
 """
 
@@ -54,11 +58,22 @@ from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
 from ukjax.studies._common import example_robot_file  # noqa: E402
 from ukjax.studies.tune_ur5 import HOME  # noqa: E402
 
+# The Panda's "ready" pose of franka_ros (joints 1-7, rad) with its fingers half open (m)
+PANDA_HOME = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)
+HOMES = {"ur5": HOME, "panda": PANDA_HOME}
+OUTPUTS = {"ur5": "robots_speed-cpu.json", "panda": "robots_speed-panda-cpu.json"}
 
-def initial_states(n: int, count: int, seed: int):
+
+def initial_states(robot, home, count: int, seed: int):
+    """``count`` states about ``home``: hinges ±1 rad and ±1 rad/s, slides ±1 cm and ±1 cm/s."""
+    spread = np.concatenate(
+        [np.full(j.nq, 0.01 if j.kind == "prismatic" else 1.0) for j in robot.tree.joints]
+    )
+    if len(home) != robot.n or spread.shape != (robot.n,):
+        raise ValueError(f"a home pose of {len(home)} coordinates for a robot of {robot.n}")
     rng = np.random.default_rng(seed)
-    q0 = np.asarray(HOME)[:n] + rng.uniform(-1.0, 1.0, (count, n))
-    return jnp.asarray(q0), jnp.asarray(rng.uniform(-1.0, 1.0, (count, n)))
+    q0 = np.asarray(home) + spread * rng.uniform(-1.0, 1.0, (count, robot.n))
+    return jnp.asarray(q0), jnp.asarray(spread * rng.uniform(-1.0, 1.0, (count, robot.n)))
 
 
 def mujoco_model(path: Path, dt: float):
@@ -73,8 +88,9 @@ def mujoco_model(path: Path, dt: float):
 
 
 def measure(robot, path, count, args, progress):
-    system, params = robot.system(), robot.params
-    q0s, qd0s = initial_states(robot.n, count, args.seed)
+    # MuJoCo's constraints are disabled, the Panda's finger mimic equality with them: ukjax leaves it out too
+    system, params = robot.system(loops=False), robot.params
+    q0s, qd0s = initial_states(robot, HOMES[args.robot], count, args.seed)
     steps = int(round(args.span / args.dt))
     contenders = {}
     fn = lambda q0, qd0, p, k: ukjax_batch(system, ukjax.RK4, q0, qd0, p, k, dt=args.dt, max_steps=steps + 1)
@@ -117,8 +133,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_rollout_arguments(
         parser, span=0.5, rounds=3, budget_s=60.0, probe_steps=5, quick="N = 1, 8; 0.05 s; 2 rounds",
-        out="benchmarks/results/robots_speed-cpu.json",
+        out="benchmarks/results/robots_speed-cpu.json (--robot panda: robots_speed-panda-cpu.json)",
     )
+    parser.add_argument("--robot", choices=sorted(HOMES), default="ur5", help="example-robot-data's URDF")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="MuJoCo's 'all threads' count")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -127,12 +144,13 @@ def main(argv=None):
     import mujoco
 
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    path = example_robot_file(ROBOTS["ur5"])
+    path = example_robot_file(ROBOTS[args.robot])
     robot = robots.load(path)
     progress = lambda text: print(text, flush=True)
     rows = [measure(robot, path, count, args, progress) for count in args.batch]
     description = (
-        f"UR5 (example-robot-data {ROBOTS['ur5']}) passive dynamics under gravity, no contacts or limits; "
+        f"{args.robot.upper()} (example-robot-data {ROBOTS[args.robot]}) passive dynamics under gravity, "
+        "no contacts or limits; "
         f"RK4 at a fixed step of {args.dt} s for {args.span} s; ukjax.simulate_batch(solver=ukjax.RK4()) vs "
         "mujoco.rollout with mjINT_RK4 (one thread and all threads); the same initial states; medians of "
         f"{args.rounds} interleaved rounds; cost = wall time / (steps x scenarios)"
@@ -142,7 +160,7 @@ def main(argv=None):
         "mujoco_version": mujoco.__version__,
         "robot": {"name": robot.name, "n": robot.n},
     }
-    payload = _write_interleaved(args, results, description, "robots_speed-cpu.json", uptime_before)
+    payload = _write_interleaved(args, results, description, OUTPUTS[args.robot], uptime_before)
     print(f"{'N':>6}" + "".join(f"{name:>24}" for name in rows[0]["contenders"]) + f"{'max |Δq| rad':>14}")
     for row in rows:
         c = row["contenders"]

@@ -174,3 +174,21 @@ def test_tune_ur5_study_runs_at_tiny_sizes(tmp_path, capsys):
     assert set(metrics["tuned_gains"]) == {"alpha", "beta"}
     assert {"tool_path.png", "tracking_error.png", "fit.png"} <= {p.name for p in out.glob("*.png")}
     assert "peak |τ| N m" in capsys.readouterr().out
+
+
+def test_example_robot_file_reads_a_copy_named_by_ukjax_robot_data(tmp_path, monkeypatch):
+    """A machine without a package index (the GPU machine) brings a copy of example-robot-data's robots
+    folder and names it in UKJAX_ROBOT_DATA: the file is read from there; a copy without the file falls back
+    to the installed package, whose absence is an error naming both ways to provide it."""
+    from ukjax.studies._common import example_robot_file
+
+    copy = tmp_path / "robots" / tune_ur5.URDF
+    copy.parent.mkdir(parents=True)
+    copy.write_text("<robot name='ur5'/>")
+    monkeypatch.setenv("UKJAX_ROBOT_DATA", str(tmp_path / "robots"))
+    assert example_robot_file(tune_ur5.URDF) == copy
+    monkeypatch.setattr("site.getsitepackages", lambda: [str(tmp_path / "empty")])
+    monkeypatch.setattr("site.ENABLE_USER_SITE", False)
+    monkeypatch.setattr("sysconfig.get_paths", lambda: {"purelib": str(tmp_path / "empty")})
+    with pytest.raises(FileNotFoundError, match="UKJAX_ROBOT_DATA"):
+        example_robot_file("panda_description/urdf/panda.urdf")

@@ -76,12 +76,15 @@ ROBOTS_EXTRA = "pip install 'ukjax[robots]'"
 
 
 def example_robot_file(relative: str) -> Path:
-    """The file ``relative`` (e.g. ``ur_description/urdf/ur5_robot.urdf``) of example-robot-data's robots,
-    installed by its wheel under ``site-packages/cmeel.prefix/share/example-robot-data/robots``.
+    """The file ``relative`` (e.g. ``ur_description/urdf/ur5_robot.urdf``) of example-robot-data's robots:
+    from the folder the environment variable ``UKJAX_ROBOT_DATA`` names where it holds the file (a copy of
+    the package's ``robots`` folder, for a machine without a package index), else as installed by its wheel
+    under ``site-packages/cmeel.prefix/share/example-robot-data/robots``.
 
     Raises FileNotFoundError, naming ``pip install 'ukjax[robots]'``, where example-robot-data or mujoco
     (which reads the file, :func:`ukjax.robots.load`) is not installed, or the file is not in the package."""
     import importlib.util
+    import os
     import site
     import sysconfig
 
@@ -90,6 +93,9 @@ def example_robot_file(relative: str) -> Path:
             f"reading {relative} needs mujoco (ukjax.robots compiles URDF with it); "
             f"install it with {ROBOTS_EXTRA}"
         )
+    copy = os.environ.get("UKJAX_ROBOT_DATA")
+    if copy and (Path(copy) / relative).is_file():
+        return Path(copy) / relative
     folders = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
     if site.ENABLE_USER_SITE:
         folders.append(site.getusersitepackages())
@@ -101,7 +107,8 @@ def example_robot_file(relative: str) -> Path:
                 raise FileNotFoundError(f"example-robot-data has no {relative} (looked in {robots_dir})")
             return path
     raise FileNotFoundError(
-        f"{relative} comes with example-robot-data, which is not installed; install it with {ROBOTS_EXTRA}"
+        f"{relative} comes with example-robot-data, which is not installed; install it with {ROBOTS_EXTRA} "
+        "(or name a copy of its robots folder in UKJAX_ROBOT_DATA)"
     )
 
 
