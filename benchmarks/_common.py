@@ -15,6 +15,27 @@ import jax
 import jaxlib
 
 from ukjax.studies._common import environment, write_json
+from ukjax.studies.tune_ur5 import HOME as UR5_HOME
+
+# Home poses of the robots of the speed benchmarks (rad; m for slides): the UR5's of ``ukjax tune ur5``, and
+# the Panda's "ready" pose of franka_ros (joints 1-7) with its fingers half open
+HOMES = {"ur5": UR5_HOME, "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)}
+
+
+def robot_states(robot, home, count: int, seed: int, dtype=None):
+    """``count`` initial states of a loaded robot about ``home`` (NumPy's generator ``seed``): each hinge
+    uniform in ±1 rad and its rate in ±1 rad/s, each slide (the Panda's fingers) in ±1 cm and ±1 cm/s."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    joints = robot.tree.joints
+    spread = np.concatenate([np.full(j.nq, 0.01 if j.kind == "prismatic" else 1.0) for j in joints])
+    if len(home) != robot.n or spread.shape != (robot.n,):
+        raise ValueError(f"a home pose of {len(home)} coordinates for a robot of {robot.n}")
+    rng = np.random.default_rng(seed)
+    q0 = np.asarray(home) + spread * rng.uniform(-1.0, 1.0, (count, robot.n))
+    qd0 = spread * rng.uniform(-1.0, 1.0, (count, robot.n))
+    return jnp.asarray(q0, dtype), jnp.asarray(qd0, dtype)
 
 
 def machine_info() -> dict:

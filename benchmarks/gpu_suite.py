@@ -495,11 +495,13 @@ def _with_looped_tree_scans(thunk):
 def worker_robots(dtype: str, size: dict, plan: Plan) -> dict:
     """Kinematic trees with RK4: ukjax's tree model of the pinned chain and the UR5 and Panda loaded from
     their URDFs, then MJX and MJWarp on the same models (the chain's MJCF from ``benchmarks/scaling.py``,
-    the robots' URDFs compiled by MuJoCo without visual and collision elements; no contacts, no limits)."""
+    the robots' URDFs compiled by MuJoCo without visual and collision elements; no contacts, no limits, no
+    equalities; the robots' states about their home poses as in ``benchmarks/robots_speed.py``)."""
     jax, ukjax = _setup(dtype)
     import jax.numpy as jnp
     import numpy as np
     import scaling
+    from _common import HOMES, robot_states
 
     from ukjax import robots
     from ukjax.models import chain
@@ -527,12 +529,10 @@ def worker_robots(dtype: str, size: dict, plan: Plan) -> dict:
             plan.errors.append(f"ukjax_{name}: not measured ({type(error).__name__}: {str(error)[:200]})")
             continue
 
-        def robot_states(batch, n=robot.n):
-            rng = np.random.default_rng(0)
-            return (
-                jnp.asarray(rng.uniform(-1.0, 1.0, (batch, n)), np_dtype),
-                jnp.asarray(rng.uniform(-1.0, 1.0, (batch, n)), np_dtype),
-            )
+        home = HOMES.get(name, (0.0,) * robot.n)  # arm2 (--smoke): about q = 0
+
+        def states(batch, robot=robot, home=home):
+            return robot_states(robot, home, batch, 0, np_dtype)
 
         def robot_mujoco(path=path):
             import mujoco
@@ -544,7 +544,8 @@ def worker_robots(dtype: str, size: dict, plan: Plan) -> dict:
             model.opt.disableflags |= off
             return model
 
-        models[name] = (robot.system(), cast(robot.params), robot_states, robot_mujoco)
+        # MuJoCo's (and MJX's) constraints are disabled, the Panda's finger mimic equality with them
+        models[name] = (robot.system(loops=False), cast(robot.params), states, robot_mujoco)
 
     models[f"chain{links}"] = (
         chain.multibody_system(links),

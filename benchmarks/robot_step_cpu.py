@@ -44,8 +44,8 @@ from ukjax import multibody, robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_info, write_results  # noqa: E402
-from robots_speed import HOMES, initial_states, mujoco_model  # noqa: E402
+from _common import HOMES, machine_info, robot_states, write_results  # noqa: E402
+from robots_speed import mujoco_model  # noqa: E402
 from scaling import MujocoRollout  # noqa: E402
 
 UR5 = "ur_description/urdf/ur5_robot.urdf"
@@ -145,7 +145,7 @@ def main(argv=None):
     path = ur5_path()
     robot = robots.load(path)
     params = robot.params
-    q0s, qd0s = initial_states(robot, HOMES["ur5"], 1, 0)
+    q0s, qd0s = robot_states(robot, HOMES["ur5"], 1, 0)
     q0, qd0 = q0s[0], qd0s[0]
     contenders, compile_s, finals = {}, {}, {}
     for name in args.variants:

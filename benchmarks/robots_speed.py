@@ -35,7 +35,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 
 import ukjax
@@ -43,7 +42,7 @@ from ukjax import robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_rollout_arguments  # noqa: E402
+from _common import HOMES, add_rollout_arguments, robot_states  # noqa: E402
 from scaling import (  # noqa: E402
     MujocoRollout,
     cap_steps,
@@ -56,24 +55,8 @@ from throughput import _write_interleaved  # noqa: E402
 from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
 
 from ukjax.studies._common import example_robot_file  # noqa: E402
-from ukjax.studies.tune_ur5 import HOME  # noqa: E402
 
-# The Panda's "ready" pose of franka_ros (joints 1-7, rad) with its fingers half open (m)
-PANDA_HOME = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)
-HOMES = {"ur5": HOME, "panda": PANDA_HOME}
 OUTPUTS = {"ur5": "robots_speed-cpu.json", "panda": "robots_speed-panda-cpu.json"}
-
-
-def initial_states(robot, home, count: int, seed: int):
-    """``count`` states about ``home``: hinges ±1 rad and ±1 rad/s, slides ±1 cm and ±1 cm/s."""
-    spread = np.concatenate(
-        [np.full(j.nq, 0.01 if j.kind == "prismatic" else 1.0) for j in robot.tree.joints]
-    )
-    if len(home) != robot.n or spread.shape != (robot.n,):
-        raise ValueError(f"a home pose of {len(home)} coordinates for a robot of {robot.n}")
-    rng = np.random.default_rng(seed)
-    q0 = np.asarray(home) + spread * rng.uniform(-1.0, 1.0, (count, robot.n))
-    return jnp.asarray(q0), jnp.asarray(spread * rng.uniform(-1.0, 1.0, (count, robot.n)))
 
 
 def mujoco_model(path: Path, dt: float):
@@ -90,7 +73,7 @@ def mujoco_model(path: Path, dt: float):
 def measure(robot, path, count, args, progress):
     # MuJoCo's constraints are disabled, the Panda's finger mimic equality with them: ukjax leaves it out too
     system, params = robot.system(loops=False), robot.params
-    q0s, qd0s = initial_states(robot, HOMES[args.robot], count, args.seed)
+    q0s, qd0s = robot_states(robot, HOMES[args.robot], count, args.seed)
     steps = int(round(args.span / args.dt))
     contenders = {}
     fn = lambda q0, qd0, p, k: ukjax_batch(system, ukjax.RK4, q0, qd0, p, k, dt=args.dt, max_steps=steps + 1)
