@@ -112,7 +112,9 @@ def test_checks_survive_jit_and_vmap():
     """Every call above already runs compiled (ukjax jits its functions); here under an outer jit(vmap)."""
     batched = jax.jit(jax.vmap(lambda M, Q: dyn.uk_acceleration(M, Q, A46, B4, check=True)))
     Ms, Qs = jnp.stack([M6, 2 * M6]), jnp.stack([Q6, Q6])
-    expected = [dyn.uk_acceleration(M, Q, A46, B4) for M, Q in zip(Ms, Qs, strict=True)]
+    # The reference passes c = 0, which adds exactly nothing (eq. 35: Q + c), rather than no c: it then runs
+    # the unchecked program test_runtime_checks compiled (with C6), not a second compile of the same solve.
+    expected = [dyn.uk_acceleration(M, Q6, A46, B4, jnp.zeros_like(Q6)) for M in (M6, 2 * M6)]
     assert_tree_allclose(batched(Ms, Qs), jnp.stack(expected), rtol=1e-14, atol=1e-14)
     with pytest.raises(CHECK_ERRORS, match="NaN or inf"):
         jax.block_until_ready(batched(Ms, Qs.at[1, 1].set(jnp.inf)))

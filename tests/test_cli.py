@@ -198,8 +198,10 @@ def test_demo_refuses_an_unknown_solver(capsys, tmp_path):
 
 
 def test_demo_refuses_a_step_longer_than_the_span(capsys, tmp_path):
+    # refused before any scenario is drawn: nothing is compiled
     assert main(["demo", "--scenarios", "2", "--duration", "1", "--dt", "10", "--out", str(tmp_path)]) == 2
-    assert "dt = 1.0 is not smaller than the span" in capsys.readouterr().err
+    assert "--dt 10 s is not smaller than --duration 1 s" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 # ------------------------------------------------------------------------------------------ files that fail

@@ -49,13 +49,20 @@ def test_appendix_matches_lagrangian():
     assert_tree_allclose(hand, lagrangian, rtol=1e-12, atol=1e-12)
 
 
+@jax.jit
+@jax.vmap
+def _mdot_minus_2c(q, qd):
+    """Ṁ - 2C at each state, Ṁ = dM/dq · q̇ by forward mode: one compiled program for the three states (op by
+    op, the jvp and C compiled a few dozen small programs)."""
+    p = _params_unequal()
+    _, M_dot = jax.jvp(lambda q_: model.mass(q_, 0.0, p), (q,), (qd,))
+    return M_dot - 2 * model.coriolis(q, qd, p)
+
+
 def test_coriolis_matrix_makes_mdot_minus_2c_skew():
     """Seed 000 eq. 52: the chosen C makes Ṁ - 2C skew-symmetric."""
-    p = _params_unequal()
     qs, qds, _ = _states(jax.random.key(1))
-    for q, qd in zip(qs, qds, strict=True):
-        _, M_dot = jax.jvp(lambda q_: model.mass(q_, 0.0, p), (q,), (qd,))
-        S = M_dot - 2 * model.coriolis(q, qd, p)
+    for S in _mdot_minus_2c(qs, qds):
         assert_tree_allclose(S, -S.T, atol=1e-13)
 
 
@@ -75,8 +82,16 @@ def test_hand_second_order_forms_match_autodiff():
     assert_tree_allclose(hand, autodiff, atol=1e-12)
 
 
-def test_initial_state_is_the_symmetric_configuration():
-    q0, qd0 = jax.jit(model.initial_state)(PARAMS)
+@pytest.fixture(scope="module")
+def start():
+    """(q0, q̇0) by ``model.initial_state``, jitted: computed once and shared by the test of its value, the
+    simulation and the controllability test (eagerly, each call dispatched the Newton program again and
+    compiled the small programs around it)."""
+    return jax.jit(model.initial_state)(PARAMS)
+
+
+def test_initial_state_is_the_symmetric_configuration(start):
+    q0, qd0 = start
     third = np.pi / 3
     # Newton's method converges quadratically to the root; round-off remains.
     assert_tree_allclose(q0, jnp.array([third, -third, 0.0, third, -third]), atol=1e-12)
@@ -85,8 +100,8 @@ def test_initial_state_is_the_symmetric_configuration():
 
 
 @pytest.fixture(scope="module")
-def solution():
-    q0, qd0 = model.initial_state(PARAMS)
+def solution(start):
+    q0, qd0 = start
     ts = jnp.linspace(0.0, 1.5, 7)
     return ukjax.simulate(SYSTEM, q0, qd0, PARAMS, t1=1.5, ts=ts, rtol=1e-10, atol=1e-10)
 
@@ -105,10 +120,18 @@ def test_closed_loop_follows_the_task_with_mirror_symmetric_torques(solution):
     assert_tree_allclose(sol.u[:, :3], -sol.u[:, :2:-1], atol=1e-7)
 
 
-def test_control_is_redundant_and_feasible():
-    q0, qd0 = model.initial_state(PARAMS)
-    report = control.controllability(SYSTEM, q0, qd0, 0.0, PARAMS)
+@jax.jit
+def _report_and_control(q, qd):
+    """controllability and servo_control at one state in one compiled program (op by op, each compiled its
+    servo equation and the factorizations after it as a few dozen small programs)."""
+    return (
+        control.controllability(SYSTEM, q, qd, 0.0, PARAMS),
+        control.servo_control(SYSTEM, q, qd, 0.0, PARAMS),
+    )
+
+
+def test_control_is_redundant_and_feasible(start):
+    report, u = _report_and_control(*start)
     assert int(report.rank) == 3 and bool(report.feasible)  # 3 DOF, 3 servo rows, 6 actuators
     # At rest in the symmetric start the torques are mirror symmetric too: (u1, u2, u3) = -(u6, u5, u4).
-    u = control.servo_control(SYSTEM, q0, qd0, 0.0, PARAMS)
     assert_tree_allclose(u[:3], -u[:2:-1], atol=1e-10)

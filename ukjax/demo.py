@@ -273,6 +273,8 @@ def run(args) -> dict:
 
     if args.scenarios < 1 or args.duration <= 0 or args.dt <= 0 or args.saves < 2:
         raise ValueError("--scenarios, --duration, --dt must be positive and --saves at least 2")
+    if args.dt >= args.duration:  # refused before any scenario is drawn or program compiled
+        raise ValueError(f"--dt {args.dt:g} s is not smaller than --duration {args.duration:g} s")
     if args.paper_comparison < 0:
         raise ValueError(
             f"--paper-comparison must be 0 (off) or a number of scenarios, got {args.paper_comparison}"
