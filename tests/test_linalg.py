@@ -30,16 +30,16 @@ from ukjax.linalg import (
 EPS = float(np.finfo(np.float64).eps)
 
 # Shapes of the Penrose/NumPy test: (m, n, rank of the rank-deficient member of the batch). Each costs one
-# compilation per method; four of them run only with `pytest -m slow` to keep CI within its time budget
-# (30 x 30 rank 20: the square rank-deficient fori_loop case that 12 x 12 rank 11 makes in the main suite).
-SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (12, 12, 11), (28, 19, 12)]
-SLOW_SHAPES = [(5, 5, 3), (15, 18, 12), (19, 28, 10), (30, 30, 20)]
+# compilation per method (~2 CPU-s for the QR methods, whatever the size: the fori_loop bodies are what XLA
+# compiles); five of them run only with `pytest -m slow` to keep CI within its time budget. The main suite
+# keeps one shape of each kind at the smallest size: 30 x 30 rank 20 is the square rank-deficient fori_loop
+# case that 12 x 12 rank 11 makes; 28 x 19 rank 12 (tall, rank-deficient, both sides above 8) the case that
+# 3 x 2 rank 1 (tall, rank-deficient) and 12 x 12 (above 8) make, and 15 x 18 / 19 x 28 the wide ones of
+# 2 x 3 rank 1. (Several dropped singular values at once: the zero member of each batch and the rank 3, 4
+# and 5 cases of 12 x 12 in test_rtol_decides_the_rank.)
+SHAPES = [(1, 1, 0), (2, 3, 1), (3, 2, 1), (12, 12, 11)]
+SLOW_SHAPES = [(5, 5, 3), (15, 18, 12), (19, 28, 10), (28, 19, 12), (30, 30, 20)]
 SMALL = (2, 3)  # shape of the transformation and derivative tests
-
-
-@functools.partial(jax.jit, static_argnames="method")
-def pinv_jit(A, rtol, method):
-    return pinv(A, method, rtol)
 
 
 @functools.partial(jax.jit, static_argnames="method")
@@ -400,8 +400,9 @@ def test_psd_ginv_is_a_reflexive_inverse_that_gives_the_uk_acceleration(n, r):
 
 
 def test_psd_ginv_unrolled_and_loop_agree(monkeypatch):
-    """The unrolled (m ≤ 8) and fori_loop factorizations are the same algorithm: 1e-13 on a rank-3 6 x 6 G."""
-    G = psd_batch(6, 3)[1]
+    """The unrolled (m ≤ 8) and fori_loop factorizations are the same algorithm: 1e-13 on a rank-2 5 x 5 G
+    (the shape of the closed forms below, whose unrolled program this one compiles)."""
+    G = psd_batch(5, 2)[1]
     unrolled = psd_ginv(G)
     monkeypatch.setattr(linalg, "_UNROLL_MAX", 0)
     assert_tree_allclose(psd_ginv(G), unrolled, rtol=1e-13, atol=1e-13)
@@ -482,7 +483,8 @@ def test_psd_pinv_derivative_and_non_finite():
     _, jvp, grad = program(0.0)
     assert_tree_allclose(jvp, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
     np.testing.assert_allclose(grad, jnp.sum(W * fd), rtol=1e-7)
-    assert np.all(np.isnan(psd_pinv(jnp.eye(3).at[0, 0].set(jnp.nan))))
+    # 5 x 5: the plain psd_pinv program of test_psd_pinv_matches_numpy[5-2]
+    assert np.all(np.isnan(psd_pinv(jnp.eye(5).at[0, 0].set(jnp.nan))))
 
 
 @pytest.mark.parametrize("n", [1, 5, 12])  # ≤ 8: unrolled scalar code, 12: LAPACK
@@ -596,11 +598,13 @@ def test_non_numeric_input_is_refused_naming_the_argument():
         pinv([[1.0, 2.0], [3.0]])
     with pytest.raises(TypeError, match=r"pinv: A .* got dtype object \(ndarray\)"):
         pinv(np.array([[{}, 1.0]], dtype=object))
-    integers = jnp.array([[1, 2], [3, 4]], dtype=jnp.int32)
+    # 2 x 3 (SMALL), full rank, cond 2.4, no zero entry in A⁺: the plain pinv programs of
+    # test_plain_jit_vmap_agree serve it
+    integers = jnp.array([[2, 1, 3], [1, 4, 2]], dtype=jnp.int32)
     for method in ("svd", "greville"):
         P = pinv(integers, method)
         assert P.dtype == jnp.result_type(float)
-        np.testing.assert_allclose(P, np.linalg.inv([[1.0, 2.0], [3.0, 4.0]]), rtol=1e-12)
+        np.testing.assert_allclose(P, np.linalg.pinv([[2.0, 1.0, 3.0], [1.0, 4.0, 2.0]]), rtol=1e-12)
     assert int(matrix_rank(np.array([[1, 2], [2, 4]]))) == 1
 
 
@@ -618,9 +622,10 @@ def test_complex_matrix_and_invalid_rtol_raise():
                    lambda r: psd_pinv(A @ A.T, rtol=r), lambda r: matrix_rank(A, rtol=r)):
             with pytest.raises(ValueError, match="rtol"):
                 fn(bad)
+    A_small = batch_of(*SMALL, 1)[0]  # traced rtol: the SMALL programs of the derivative tests serve it
     for method in ("svd", "householder"):
         for bad in (-1.0, jnp.nan):
-            assert np.all(np.isnan(pinv_jit(A, jnp.asarray(bad), method)))
+            assert np.all(np.isnan(pinv_small(A_small, jnp.asarray(bad), method)))
     assert np.all(np.isnan(psd_pinv_batch(psd_batch(5, 2), jnp.asarray(-1.0))))  # the (5, 2) case's program
     assert int(jax.jit(matrix_rank)(A, jnp.asarray(jnp.nan))) == -1
 
