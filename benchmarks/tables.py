@@ -454,11 +454,13 @@ def tune_gradient() -> str:
 
 
 ROBOTS_SPEED = "robots_speed-cpu.json"
+ROBOTS_SPEED_PANDA = "robots_speed-panda-cpu.json"
 
 
-def robots_speed() -> str:
-    """The UR5's passive dynamics per step: ukjax RK4 against MuJoCo's RK4 (one thread, all threads)."""
-    data = load(ROBOTS_SPEED)
+def robots_speed(name: str = ROBOTS_SPEED) -> str:
+    """A robot's passive dynamics per step (the UR5's, or the Panda's from ``robots_speed.py --robot
+    panda``): ukjax RK4 against MuJoCo's RK4 (one thread, all threads)."""
+    data = load(name)
     names = list(data["rows"][0]["contenders"])
     mujocos = [n for n in names if n.startswith("mujoco")]
     rows = []
@@ -588,6 +590,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "compile-and-gradient": compile_and_gradient,
     "tune-gradient": tune_gradient,
     "robots-speed": robots_speed,
+    "robots-speed-panda": lambda: robots_speed(ROBOTS_SPEED_PANDA),
     "robot-step": robot_step,
 }
 
