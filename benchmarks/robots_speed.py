@@ -2,14 +2,13 @@
 example-robot-data, RK4 like for like.
 
 The URDF is loaded by ``ukjax.robots.load`` (``robot.system(loops=False)``: Q = -b q̇ - C(q, q̇), C by RNEA
-with gravity,
-M⁻¹ by the articulated-body algorithm, Featherstone 2008, Tables 5.1 and 7.1) and compiled by MuJoCo
-directly (``benchmarks/validate_robots.py``'s ``mujoco_urdf_model``: MuJoCo fuses the static links itself).
-Passive dynamics: gravity and the URDF's joint damping, no contacts, no joint limits, no equalities (MuJoCo's
-constraints disabled; the Panda's finger mimic equality left out of both), the same N initial states (each
-hinge uniform in ±1 rad about a home pose and its rate in ±1 rad/s; each slide, the Panda's fingers, in ±1 cm
-and ±1 cm/s), the same fixed step and number of steps.
-Contenders, interleaved in every round (medians over rounds):
+with gravity, M⁻¹ by the articulated-body algorithm, Featherstone 2008, Tables 5.1 and 7.1) and compiled by
+MuJoCo directly (``benchmarks/validate_robots.py``'s ``mujoco_urdf_model``: MuJoCo fuses the static links
+itself). Passive dynamics: gravity and the URDF's joint damping, no contacts, no joint limits, no equalities
+(MuJoCo's constraints disabled; the Panda's finger mimic equality left out of both), the same N initial states
+(each hinge uniform in ±1 rad about a home pose and its rate in ±1 rad/s; each slide, the Panda's fingers, in
+±1 cm and ±1 cm/s), the same fixed step and number of steps. Contenders, interleaved in every round (medians
+over rounds):
 
 * ``ukjax_rk4``: :func:`ukjax.simulate_batch` with ``solver=ukjax.RK4()`` (classical Runge-Kutta, 4
   evaluations per step) and a fixed ``dt``, one compiled program (``scaling.ukjax_batch``), float64;
@@ -133,7 +132,7 @@ def main(argv=None):
     rows = [measure(robot, path, count, args, progress) for count in args.batch]
     description = (
         f"{args.robot.upper()} (example-robot-data {ROBOTS[args.robot]}) passive dynamics under gravity, "
-        "no contacts or limits; "
+        "no contacts, limits or equalities; "
         f"RK4 at a fixed step of {args.dt} s for {args.span} s; ukjax.simulate_batch(solver=ukjax.RK4()) vs "
         "mujoco.rollout with mjINT_RK4 (one thread and all threads); the same initial states; medians of "
         f"{args.rounds} interleaved rounds; cost = wall time / (steps x scenarios)"

@@ -118,21 +118,13 @@ def _tangents(key, M, Q, A, b, c, rank):
 # and compilation of the program: 19.1 for (5, 4), 14.1 for (3, 4), 14.5 for (4, 3), 9.0 for (2, 3)); the
 # smallest shapes that still hold every case above are used here, and the former main shapes (5, 4) and
 # (3, 4), the larger m > n cases and the ideal (c = None) ones are in the slow set.
-CASES = [
-    (4, 3, 3, True, True), (4, 3, 2, True, True), (4, 3, 2, False, True), (2, 3, 1, False, True),
-    pytest.param(5, 4, 4, True, True, marks=pytest.mark.slow),
-    pytest.param(5, 4, 2, True, True, marks=pytest.mark.slow),
-    pytest.param(5, 4, 3, False, True, marks=pytest.mark.slow),
-    pytest.param(3, 4, 2, False, True, marks=pytest.mark.slow),
-    pytest.param(5, 7, 4, False, True, marks=pytest.mark.slow),
-    pytest.param(6, 4, 2, True, True, marks=pytest.mark.slow),
-    pytest.param(4, 4, 4, True, True, marks=pytest.mark.slow),
-    pytest.param(4, 4, 4, True, False, marks=pytest.mark.slow),
-    pytest.param(5, 3, 3, False, True, marks=pytest.mark.slow),
-    pytest.param(6, 4, 2, False, False, marks=pytest.mark.slow),
-    pytest.param(5, 7, 4, True, False, marks=pytest.mark.slow),
-    pytest.param(3, 1, 1, True, True, marks=pytest.mark.slow),
+CASES = [(4, 3, 3, True, True), (4, 3, 2, True, True), (4, 3, 2, False, True), (2, 3, 1, False, True)]
+SLOW_CASES = [
+    (5, 4, 4, True, True), (5, 4, 2, True, True), (5, 4, 3, False, True), (3, 4, 2, False, True),
+    (5, 7, 4, False, True), (6, 4, 2, True, True), (4, 4, 4, True, True), (4, 4, 4, True, False),
+    (5, 3, 3, False, True), (6, 4, 2, False, False), (5, 7, 4, True, False), (3, 1, 1, True, True),
 ]
+CASES += [pytest.param(*case, marks=pytest.mark.slow) for case in SLOW_CASES]
 
 
 def _with_method(method, cases):

@@ -308,12 +308,12 @@ def test_free_body_batch_equals_single_and_gradient_matches_differences():
     batch = ukjax.simulate_batch(FREE_SYSTEM, q0, v0, FREE_PARAMS, **BATCH_OPTIONS)
     assert np.all(np.asarray(batch.status) == 0)
     inertia, direction = FREE_PARAMS["I"], jnp.array([0.3, -1.0, 0.6])
-    for k in range(2):
-        single = simulate_with_gradient(q0[k], v0[k], inertia)[0]
+    singles = [simulate_with_gradient(q0[k], v0[k], inertia) for k in range(2)]
+    for k, (single, _, _) in enumerate(singles):
         np.testing.assert_allclose(batch.q[k], single.q, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(batch.qd[k], single.qd, rtol=1e-12, atol=1e-14)
 
-    gradient = simulate_with_gradient(q0[0], v0[0], inertia)[2]
+    gradient = singles[0][2]
     loss = lambda inertia: simulate_with_gradient(q0[0], v0[0], inertia)[1]
     finite = central_difference(loss, inertia, direction, 1e-6)  # the same program, twice
     np.testing.assert_allclose(gradient @ direction, finite, rtol=1e-6)

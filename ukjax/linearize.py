@@ -161,7 +161,7 @@ def _linear_terms(system, indices, choices, q, qd, t, p, u, rtol):
     Jacobians of its rate with respect to x and u (None without inputs) and the rate itself. Compiled once
     per system, choice of coordinates and shapes; called eagerly its ~260 operations would each compile on
     their own (11.5 against 3.6 CPU-s for the cart-pendulum of tests/test_linearize.py)."""
-    positions, dependent, rates, dependent_rates = indices
+    positions, _, rates, _ = indices
     method, solver = choices
     P, D, R, Dr = (jnp.asarray(x, dtype=int) for x in indices)
     position_residual = lambda q_: system.residuals(q_, qd, t, p)[0]
