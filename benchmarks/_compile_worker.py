@@ -36,6 +36,23 @@ def timed(thunk):
     return value, time.perf_counter() - tic
 
 
+def staged_compile(fn, *args):
+    """(compiled ``jax.jit(fn)`` for ``args``, {"trace_s", "lower_s", "compile_s"}, the lowered program): the
+    seconds of each stage of a first call, timed apart (``jax.jit(...).trace``, ``.lower()``,
+    ``.compile()``)."""
+    out = {}
+    tic = time.perf_counter()
+    traced = jax.jit(fn).trace(*args)
+    out["trace_s"] = time.perf_counter() - tic
+    tic = time.perf_counter()
+    lowered = traced.lower()
+    out["lower_s"] = time.perf_counter() - tic
+    tic = time.perf_counter()
+    compiled = lowered.compile()
+    out["compile_s"] = time.perf_counter() - tic
+    return compiled, out, lowered
+
+
 def first_call(system, q0s, qd0s, batch, steps, split):
     dt = 5e-3
     t1 = steps * dt
@@ -50,16 +67,7 @@ def first_call(system, q0s, qd0s, batch, steps, split):
         cpu = cpu_seconds()
         sol, wall = timed(lambda: integrate(q0s, qd0s, batch))
         return dict(wall_s=wall, cpu_s=cpu_seconds() - cpu, statuses=sorted(set(map(int, sol.status))))
-    out = {}
-    tic = time.perf_counter()
-    traced = jax.jit(integrate).trace(q0s, qd0s, batch)
-    out["trace_s"] = time.perf_counter() - tic
-    tic = time.perf_counter()
-    lowered = traced.lower()
-    out["lower_s"] = time.perf_counter() - tic
-    tic = time.perf_counter()
-    compiled = lowered.compile()
-    out["compile_s"] = time.perf_counter() - tic
+    compiled, out, lowered = staged_compile(integrate, q0s, qd0s, batch)
     _, out["run_s"] = timed(lambda: compiled(q0s, qd0s, batch))
     text = lowered.as_text()
     out.update(stablehlo_lines=text.count("\n"), host_callbacks=text.count("callback("))

@@ -505,6 +505,32 @@ def robot_step() -> str:
     return table(header, rows)
 
 
+LOCKSTEP_BATCH = "lockstep-batch-cpu.json"
+LOCKSTEP_WORKLOADS = {
+    "demo": "ukjax demo's program: SCARA, Bosh3, 256 scenarios, 1000 steps, 201 saves",
+    "user_scara": "user-written SCARA, Tsit5, 1024 scenarios, 1000 steps",
+    "tuner_gradient": "tuner's SCARA objective, reverse-mode gradient, 64 scenarios, 200 steps",
+    "ur5": "UR5 from its URDF, RK4, 1024 scenarios, 500 steps",
+}
+
+
+def lockstep_batch() -> str:
+    """A fixed-step batch as one solve (lockstep) against diffrax's solve under vmap: seconds, medians."""
+    rows_in = load(LOCKSTEP_BATCH)["rows"]
+    parts = {"trace_s": "trace", "lower_s": "lower", "compile_s": "XLA compile",
+             "first_result_s": "first result", "run_s": "run"}  # fmt: skip
+    header = ["workload", *[f"{label} s: lockstep / vmap" for label in parts.values()], "max abs Δ final"]
+    rows = []
+    for workload, label in LOCKSTEP_WORKLOADS.items():
+        if workload not in rows_in:
+            continue
+        r = rows_in[workload]
+        m = r["medians"]
+        cells = [f"{figures(m['lockstep'][k])} / {figures(m['vmap'][k])}" for k in parts]
+        rows.append([label, *cells, sci(r["max_abs_difference"])])
+    return table(header, rows, ["---", *["---:"] * (len(parts) + 1)])
+
+
 GPU_RUN = "gpu-h200-2026-11-27"
 """The first GPU run (one H200, commit 76a88e8; its PROVENANCE.md says how it was run)."""
 
@@ -592,6 +618,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "robots-speed": robots_speed,
     "robots-speed-panda": lambda: robots_speed(ROBOTS_SPEED_PANDA),
     "robot-step": robot_step,
+    "lockstep-batch": lockstep_batch,
 }
 
 

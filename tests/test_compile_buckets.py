@@ -112,12 +112,15 @@ def test_one_compilation_per_bucket():
 
 def test_gradient_through_a_padded_batch(monkeypatch):
     """The gradient of a shared parameter sums over the batch: the padded scenarios add zero cotangents,
-    and only the order of that sum may change (agreement to 1e-15 relative)."""
+    and only the order of floating-point operations may change (the fixed-step batch is one solve whose
+    width is the padded batch's): agreement to 1e-15 of the largest gradient component (measured: 7e-16),
+    where one padded scenario's contribution would be ~1/5 of it. The shared parameters are scenario 1's,
+    whose drag (c = 0.125) makes the motion depend on the mass."""
     pads = []
     pad = simulation._pad_batch
     monkeypatch.setattr(simulation, "_pad_batch", lambda tree, size: pads.append(size) or pad(tree, size))
     q0s, qd0s, params = _batch(5)
-    shared = {k: v[0] for k, v in params.items()}
+    shared = {k: v[1] for k, v in params.items()}
 
     def loss(p, bucket, q0s=q0s):
         sol = simulate_batch(PENDULUM, q0s, qd0s, p, bucket=bucket, **RUN)
@@ -129,9 +132,10 @@ def test_gradient_through_a_padded_batch(monkeypatch):
     exact = jax.jit(jax.grad(loss), static_argnums=1)(shared, False)
     padded = jax.grad(loss)(shared, True)
     assert pads == [6]
+    scale = max(float(jnp.abs(g)) for g in exact.values())
     for name in shared:
         np.testing.assert_allclose(np.asarray(padded[name]), np.asarray(exact[name]), rtol=1e-15,
-                                   atol=1e-15 * float(np.max(np.abs(exact[name]))))  # fmt: skip
+                                   atol=1e-15 * scale, err_msg=name)  # fmt: skip
     assert all(float(jnp.abs(exact[name])) > 0 for name in ("m", "c", "alpha", "beta"))
     # Traced into a caller's own jit nothing is padded (no compilation to save there).
     jax.make_jaxpr(lambda q: loss(shared, True, q))(q0s)

@@ -206,6 +206,34 @@ def test_nonfinite_parameters_and_blow_up_give_status():
     assert bool(jnp.all(jnp.isfinite(batch.q[0]))) and bool(jnp.all(jnp.isfinite(batch.q[2])))
 
 
+def test_a_fixed_step_batch_is_one_solve_in_which_a_diverging_scenario_stays_its_own():
+    """A fixed-step batch is integrated as one solve of the whole batch (``simulation._solve_lockstep``): no
+    scenario stops the others. Scenario 1 diverges (β dt = 1e3 beyond the stability limit, as above) while
+    0 and 2 run normally: these equal their own runs to round-off (1e-12, as the batch tests), scenario 1 has
+    the status of its own run, its saved states (q, q̇) are finite exactly where its own run's are and equal
+    there, and from its first non-finite save on they are inf (its own run, ended by the non-finite event,
+    holds NaN interpolated within its last step, then the inf diffrax fills after the event). Its step
+    count is the batch's (100); its own run stopped at the event."""
+    q0, qd0 = pendulum_state(1.0, 0.0, 0.8)
+    params = [pendulum_params(c=0.1), pendulum_params(alpha=0.0, beta=1e5), pendulum_params(m=2.0, c=0.3)]
+    q0s = jnp.stack([q0, 1.1 * q0, q0])
+    batched = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
+    batch = simulate_batch(PENDULUM, q0s, jnp.stack([qd0] * 3), batched, batch_params=True, **FIXED)
+    singles = [simulate(PENDULUM, q0s[k], qd0, params[k], **FIXED) for k in range(3)]
+    assert [int(s) for s in batch.status] == [int(s.status) for s in singles]
+    assert [int(s) for s in batch.status] == [RESULTS.success, RESULTS.nonfinite_state, RESULTS.success]
+    for k in (0, 2):
+        assert_tree_allclose(batch.q[k], singles[k].q, rtol=1e-12, atol=1e-12)
+        assert_tree_allclose(batch.qd[k], singles[k].qd, rtol=1e-12, atol=1e-12)
+    state_finite = lambda sol: np.isfinite(np.concatenate([sol.q, sol.qd], axis=-1)).all(axis=-1)
+    finite = state_finite(jax.tree_util.tree_map(lambda x: x[1], batch))
+    assert np.array_equal(finite, state_finite(singles[1]))
+    first = int(np.argmin(finite))
+    assert 0 < first < len(finite) and np.all(np.isinf(np.asarray(batch.q[1, first:])))
+    np.testing.assert_allclose(batch.q[1, :first], singles[1].q[:first], rtol=1e-12, atol=1e-12)
+    assert [int(n) for n in batch.num_steps] == [100] * 3 and int(singles[1].num_steps) < 100
+
+
 def test_nonfinite_force_during_an_adaptive_run_collapses_the_step():
     # Q = sqrt(0.5 - t) is NaN after t = 0.5: the controller rejects NaN steps until dt < 1e-12 (t1 - t0) and
     # stops (measured 109 steps) instead of spending max_steps on rejected steps.

@@ -106,7 +106,8 @@ class Solution(eqx.Module):
         u, servo_residual: (T, n_u) controls and (T, k_s) servo-constraint residuals (controlled systems
             only, else None).
         status: int code, see :class:`RESULTS`.
-        num_steps, num_accepted_steps: diffrax step counts.
+        num_steps, num_accepted_steps: diffrax step counts (in a fixed-step batch, the batch's: every
+            scenario is integrated over the same steps, one that failed on the way too).
         num_function_evals: right-hand-side evaluations, counted from the solver's stages (exact for fixed
             step; the adaptive first-step selection may add one or two); -1 for a solver whose count is not
             known.
