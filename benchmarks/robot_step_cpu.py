@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,48 @@ def variant(name: str):
 _LOOPED = multibody._scan_per_platform
 
 
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+_INSTRUCTION = re.compile(r"\s([a-z][\w-]*)\((?:%|\)|\d)")
+_WHILE = re.compile(r"condition=%?([\w.-]+), body=%?([\w.-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def kernels_per_call(hlo: str) -> int:
+    """How many kernels (XLA:CPU thunks: every instruction but parameters, constants, tuples and bitcasts)
+    one call of a compiled program runs: its entry computation's, plus each ``while`` loop's body and
+    condition times the loop's trip count (known to XLA for ``lax.scan``), nested loops included. A small
+    loop that XLA:CPU compiles into one function (a ``call`` marked ``xla_cpu_small_call``) is one kernel."""
+    computations, current = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(ENTRY )?%?([\w.-]+) .*\{$", line)
+        if head and ("->" in line or line.startswith("ENTRY")):
+            current = head.group(2)
+            computations[current] = []
+            if line.startswith("ENTRY"):
+                entry = current
+        elif line.strip() == "}":
+            current = None
+        elif current:
+            computations[current].append(line)
+
+    def count(name: str) -> int:
+        total = 0
+        for line in computations[name]:
+            kind = _INSTRUCTION.search(line.split(" = ", 1)[-1]) if " = " in line else None
+            if kind is None or kind.group(1) in _FREE:
+                continue
+            total += 1
+            if kind.group(1) == "while":
+                condition, body = _WHILE.search(line).groups()
+                trips = _TRIPS.search(line)
+                if trips is None:
+                    raise ValueError(f"a while loop of unknown trip count: {line.strip()[:120]}")
+                total += int(trips.group(1)) * (count(body) + count(condition))
+        return total
+
+    return count(entry)
+
+
 def programs(system, params, q0, qd0, dt, steps, evals):
     """name -> (compiled thunk, compile seconds, steps it stands for (µs per step = wall / steps))."""
     rhs = lambda q, qd: system.acceleration(q, qd, 0.0, params)
@@ -118,7 +161,7 @@ def programs(system, params, q0, qd0, dt, steps, evals):
                              max_steps=steps + 1)
         return sol.q[-1], sol.qd[-1]
 
-    out = {}
+    out = {"kernels_per_evaluation": kernels_per_call(jax.jit(rhs).lower(q0, qd0).compile().as_text())}
     for label, fn, per in [("rhs", loop_rhs, evals / 4), ("bare_rk4", rk4, steps),
                            ("diffrax_bare", diffrax_bare, steps), ("simulate", simulate, steps)]:
         start = time.perf_counter()
@@ -147,11 +190,12 @@ def main(argv=None):
     params = robot.params
     q0s, qd0s = robot_states(robot, HOMES["ur5"], 1, 0)
     q0, qd0 = q0s[0], qd0s[0]
-    contenders, compile_s, finals = {}, {}, {}
+    contenders, compile_s, finals, kernels = {}, {}, {}, {}
     for name in args.variants:
         variant(name)
         system = robot.system()  # built under the variant's switches (Tree.system reads _ONE_PASS)
         built = programs(system, params, q0, qd0, args.dt, args.steps, args.evals)
+        kernels[name] = built.pop("kernels_per_evaluation")
         for label, (run, seconds, per) in built.items():
             contenders[f"{label}_{name}"] = (run, per)
             compile_s[f"{label}_{name}"] = seconds
@@ -163,21 +207,27 @@ def main(argv=None):
     for run, _ in contenders.values():
         jax.block_until_ready(run())  # first calls untimed
     walls = {name: [] for name in contenders}
+    cpus = {name: [] for name in contenders}
     loads = []
     for r in range(args.rounds):
         for name, (run, _) in contenders.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             finals[name] = jax.block_until_ready(run())
             walls[name].append(time.perf_counter() - start)
+            cpus[name].append(time.process_time() - cpu)
         loads.append(os.getloadavg())
         print(f"round {r + 1}/{args.rounds} load {loads[-1]}", flush=True)
     rows = {}
     for name, (_, per) in contenders.items():
         median = statistics.median(walls[name])
         rows[name] = {"us_per_step": median / per * 1e6, "walls_s": walls[name],
-                      "compile_s": compile_s.get(name)}
+                      "compile_s": compile_s.get(name),
+                      "cpu_per_wall": statistics.median(
+                          c / w for c, w in zip(cpus[name], walls[name], strict=True))}
         if name.startswith("rhs_"):
             rows[name]["us_per_evaluation"] = median / (4 * per) * 1e6
+            rows[name]["kernels_per_evaluation"] = kernels[name[4:]]
+            rows[name]["ns_per_kernel"] = rows[name]["us_per_evaluation"] * 1e3 / kernels[name[4:]]
     mj = rows["mujoco_rk4"]["us_per_step"]
     for row in rows.values():
         row["x_mujoco"] = row["us_per_step"] / mj

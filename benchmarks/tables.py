@@ -497,6 +497,12 @@ def robot_step() -> str:
             r = rows_in[f"{part}_{v}"]
             cells.append(f"{r['us_per_step']:.3g} µs ({r['x_mujoco']:.1f}×; compile {r['compile_s']:.1f} s)")
         rows.append(cells)
+    if "kernels_per_evaluation" in rows_in[f"rhs_{variants[0]}"]:
+        rows.append(["XLA:CPU kernels per right-hand side (ns each)",
+                     *[f"{rows_in[f'rhs_{v}']['kernels_per_evaluation']} "
+                       f"({rows_in[f'rhs_{v}']['ns_per_kernel']:.0f} ns)" for v in variants]])  # fmt: skip
+        rows.append(["CPU seconds per wall second, ukjax.simulate",
+                     *[f"{rows_in[f'simulate_{v}']['cpu_per_wall']:.2f}" for v in variants]])  # fmt: skip
     mujoco = f"{rows_in['mujoco_rk4']['us_per_step']:.3g} µs"
     rows.append(["MuJoCo rollout, RK4, 1 thread", *[mujoco if i == 0 else "" for i in range(len(variants))]])
     labels = {"scan": "one ABA pass (shipped)", "rnea_aba": "RNEA + ABA (before)",
