@@ -25,6 +25,21 @@ def test_import_leaves_jax_config_alone_and_float64_is_opt_in():
     assert "x64 after enable: True True" in out
 
 
+def test_ukjax_demo_and_no_other_command_asks_for_faster_cpu_compilation(monkeypatch):
+    """``ukjax demo`` calls ``faster_cpu_compilation`` before any work (its chunk program compiles in ~0.7x
+    the time and runs as fast: benchmarks/demo_first_result.py); another command does not. The calls are
+    recorded, not made: this process's XLA backend is running already."""
+    import ukjax._config
+    from ukjax import cli
+
+    calls = []
+    monkeypatch.setattr(ukjax._config, "faster_cpu_compilation", lambda: calls.append(1) or True)
+    assert cli.main(["demo", "--scenarios", "0"]) == cli.EXIT_USAGE  # refused before anything is compiled
+    assert calls == [1]
+    assert cli.main(["run", "no-such-study"]) != 0
+    assert calls == [1]
+
+
 def test_faster_cpu_compilation_adds_its_flag_once_and_respects_the_users(monkeypatch):
     """``ukjax.faster_cpu_compilation`` (called by the ``ukjax`` command) adds XLA:CPU's elemental-emitter
     flag to ``XLA_FLAGS`` and keeps the user's other flags; a second call, or a user who set the flag either

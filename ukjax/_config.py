@@ -67,7 +67,8 @@ def faster_cpu_compilation() -> bool:
     1000 steps, float64, 2-core CPU, load 1-2): XLA's compilation takes 0.54-0.57x the time (256 scenarios:
     7.3-8.5 s against 12.6-14.9 s), but 1024 scenarios (the demo's default, four chunks of 256) run 1.85x
     slower (4.7-5.3 s against 2.7 s; 256 scenarios: as fast); the states agree to 7e-15. The GPU is not
-    affected. ukjax's test suite runs with it; the ``ukjax`` command does not.
+    affected. ukjax's test suite runs with it, and so does ``ukjax demo``, which compiles one 256-scenario
+    chunk and calls it once per chunk (``benchmarks/demo_first_result.py``); the other commands do not.
 
     Call it before the first JAX computation (XLA reads its flags when JAX starts its CPU backend). Does
     nothing, and returns False, where ``XLA_FLAGS`` already sets the flag either way; True where it added

@@ -294,6 +294,14 @@ def _dispatch(parser, run_parser, argv) -> int:
         from ukjax.sweep import _cli as sweep_cli
 
         sweep_cli.initialize(args)  # joins a multi-process run before any JAX computation
+    if args.command == "demo":
+        # The demo compiles one 256-scenario chunk and calls it once per chunk: XLA:CPU's elemental emitters
+        # compile it in ~0.7x the time and run it as fast (benchmarks/demo_first_result.py). Set before any
+        # JAX computation (XLA reads its flags when JAX starts its CPU backend); a user's own
+        # --xla_cpu_use_fusion_emitters in XLA_FLAGS wins.
+        from ukjax._config import faster_cpu_compilation
+
+        faster_cpu_compilation()
     if not args.float32:
         from ukjax._config import enable_float64
 

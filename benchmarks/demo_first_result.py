@@ -1,0 +1,113 @@
+"""``ukjax demo`` in a fresh process with XLA:CPU's fusion emitters (JAX's default) and with its legacy
+elemental emitters (what ``ukjax demo`` sets, ``ukjax.faster_cpu_compilation``): the demo's own timings.
+
+Each run is the command a user types (``python3 -m ukjax.cli demo --out DIR --no-progress``, default
+options: 1024 SCARA scenarios of Xu & Liu 2017 in chunks of 256, Bosh3 at 5 ms for 5 s) in a fresh process
+with an empty compilation cache (``UKJAX_CACHE_DIR`` a new folder), contenders interleaved round by round:
+``fusion_emitters`` (``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true``, which the command then leaves alone)
+and ``elemental_emitters`` (``XLA_FLAGS`` unset: the command adds ``--xla_cpu_use_fusion_emitters=false``).
+Recorded per run: the demo's ``metrics.json`` timings (compile: trace, lower and XLA-compile the chunk
+program; integrate: the four chunks; postprocess; total) and the process's wall time; per contender the
+medians; and the largest difference of the path-error statistics between the contenders (the same scenarios,
+the same program up to XLA's code generation). ``uptime`` before and after goes to the JSON.
+
+    python3 benchmarks/demo_first_result.py               # 3 rounds
+    python3 benchmarks/demo_first_result.py --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONTENDERS = {"fusion_emitters": "--xla_cpu_use_fusion_emitters=true", "elemental_emitters": ""}
+
+
+def run_demo(flags: str) -> dict:
+    """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and an empty cache; its timings."""
+    folder = Path(tempfile.mkdtemp(prefix="ukjax-demo-bench-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"))
+    tic = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "ukjax.cli", "demo", "--out", str(folder / "out"), "--no-progress"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    wall = time.perf_counter() - tic
+    if done.returncode != 0:
+        raise RuntimeError(f"ukjax demo failed ({flags!r}): {done.stderr[-2000:]}")
+    metrics = json.loads((folder / "out" / "metrics.json").read_text())
+    return {
+        **{f"{k}_s": v for k, v in metrics["timing_s"].items()},
+        "process_wall_s": wall,
+        "path_error_m": metrics["path_error_m"],
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(HERE / "results" / "demo-first-result-cpu.json"))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    from _common import write_results
+
+    uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    before = uptime()
+    runs = {name: [] for name in CONTENDERS}
+    for r in range(args.rounds):
+        order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
+        for name in order:
+            runs[name].append(run_demo(CONTENDERS[name]) | {"load": os.getloadavg()[0]})
+            row = runs[name][-1]
+            print(f"round {r + 1} {name}: compile {row['compile_s']:.1f} s, integrate "
+                  f"{row['integrate_s']:.2f} s, total {row['total_s']:.1f} s, process "
+                  f"{row['process_wall_s']:.1f} s", flush=True)  # fmt: skip
+    keys = [k for k in runs["fusion_emitters"][0] if k.endswith("_s")]
+    medians = {
+        name: {k: statistics.median(run[k] for run in rows) for k in keys} for name, rows in runs.items()
+    }
+    errors = [run["path_error_m"] for run in (runs["fusion_emitters"][0], runs["elemental_emitters"][0])]
+    difference = max(
+        abs(a - b)
+        for a, b in zip(_numbers(errors[0]), _numbers(errors[1]), strict=True)
+    )  # fmt: skip
+    ratios = {k: medians["elemental_emitters"][k] / medians["fusion_emitters"][k] for k in keys}
+    print("elemental / fusion:", {k: round(v, 2) for k, v in ratios.items()})
+    write_results(
+        args.out,
+        {
+            "description": "ukjax demo (default options: 1024 SCARA scenarios in chunks of 256, Bosh3, 5 ms, "
+            "5 s) in fresh processes with an empty compilation cache: XLA:CPU fusion emitters vs legacy "
+            "elemental emitters; the demo's own timings, medians over interleaved rounds",
+            "config": vars(args),
+            "uptime_before": before,
+            "uptime_after": uptime(),
+            "medians": medians,
+            "elemental_over_fusion": ratios,
+            "max_path_error_statistic_difference_m": difference,
+            "runs": runs,
+        },
+    )
+    print(f"wrote {args.out}")
+
+
+def _numbers(tree) -> list[float]:
+    """Every number in a nested dict/list, in order."""
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _numbers(v)]
+    if isinstance(tree, list):
+        return [x for v in tree for x in _numbers(v)]
+    return [float(tree)] if isinstance(tree, int | float) else []
+
+
+if __name__ == "__main__":
+    main()
