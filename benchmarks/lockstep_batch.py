@@ -14,7 +14,8 @@ cold, as a user meets them; no persistent compilation cache), contenders interle
 * ``user_scara``: the user-written SCARA of ``benchmarks/user_scara.py``, 1024 scenarios, Tsit5 at 5 ms,
   1000 steps, the final state saved (``benchmarks/throughput.py``'s configuration);
 * ``tuner_gradient``: the reverse-mode gradient of the tuner's SCARA objective (``ukjax tune scara``'s
-  batch loss, 64 scenarios x 200 steps of 1 ms, 201 saves) with respect to the Baumgarte gains;
+  batch loss, 64 scenarios x 200 steps of 1 ms, 201 saves; ``tune_gradient._objective``) with respect to the
+  Baumgarte gains;
 * ``ur5``: the UR5 of example-robot-data (``benchmarks/robots_speed.py``: ``robot.system(loops=False)``),
   1024 scenarios, RK4 at 1 ms, 500 steps (needs example-robot-data or ``UKJAX_ROBOT_DATA``).
 
@@ -98,23 +99,19 @@ def _workload(name: str):
 
         return user, (q0s, qd0s, p)
     if name == "tuner_gradient":
-        from ukjax import tune
-        from ukjax.models import scara
+        from tune_gradient import _objective
+
         from ukjax.studies import tune_scara
 
-        system = scara.system()
-        batch = tune_scara.scenarios(jax.random.PRNGKey(0), 64)
-        objective = tune_scara.objective(1e-7)
-        options = tune.simulation_options(t1=0.2, dt=1e-3, num_saves=201)
-        space = tune_scara.space_for(tune_scara.gain_box(1e-3), 0.5, 200.0)
-        theta = space.init()
+        batch, box, _, gradient_of = _objective(64, 200, 1e-3)
+        space = tune_scara.space_for(box, 0.5, 200.0)
+        value_and_grad = gradient_of(space, "reverse")
 
         def gradient(theta, batch):
-            loss, _, grad = tune.batch_value_and_grad(system, space, theta, batch, objective, options=options,
-                                                      gradient_mode="reverse")  # fmt: skip
+            loss, grad = value_and_grad(theta, batch)
             return grad, loss
 
-        return gradient, (theta, batch)
+        return gradient, (space.init(), batch)
     if name == "ur5":
         from _common import HOMES, robot_states
         from validate_robots import ROBOTS

@@ -225,16 +225,7 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     # instead of letting the adaptive controller reject max_steps steps of NaN.
     start_bad = _start_bad(q0, qd0, params)
 
-    motion = _batched_state_derivative(system, config, numbers)
-
-    # One jit around the field: diffrax calls it at several places (first step, stages), and JAX traces a
-    # jitted function once per signature, so the right-hand side (and its entrywise evaluation) is traced 4
-    # times instead of 11 for the demo's SCARA batch: 4.2 against 4.9 CPU-s of tracing (median of 3,
-    # interleaved, load 6-11). XLA inlines it: the same program, bitwise the same results.
-    @jax.jit
-    def vector_field(t, y, p):
-        rate, qdd = motion(t, y, p)
-        return jnp.where(start_bad, 0.0, rate), jnp.where(start_bad, 0.0, qdd)
+    vector_field = _field(_batched_state_derivative(system, config, numbers), start_bad)
 
     def nonfinite(t, y, args, **kwargs):
         q, qd = y
@@ -244,9 +235,30 @@ def _solve_traced(system, config, numbers, q0, qd0, params) -> Solution:
     q, qd = sol.ys
     if system.normalize is not None:  # saved states between steps are interpolated: project them too
         q = jax.vmap(system.normalize)(q)
-    num_steps = jnp.asarray(sol.stats["num_steps"])
-    accepted = jnp.asarray(sol.stats["num_accepted_steps"])
-    return _finished(system, config, numbers, q0, params, q, qd, sol.result, start_bad, num_steps, accepted)
+    return _finished(system, config, numbers, q0, params, q, qd, sol.result, start_bad, *_step_counts(sol))
+
+
+def _field(motion, start_bad):
+    """The ODE right-hand side ``motion`` with zero rates where ``start_bad`` (one scenario's flag, or one per
+    scenario of a batch, batch axis first).
+
+    One jit around the field: diffrax calls it at several places (first step, stages), and JAX traces a
+    jitted function once per signature, so the right-hand side (and its entrywise evaluation) is traced 4
+    times instead of 11 for the demo's SCARA batch: 4.2 against 4.9 CPU-s of tracing (median of 3,
+    interleaved, load 6-11). XLA inlines it: the same program, bitwise the same results."""
+    bad = start_bad[..., None]
+
+    @jax.jit
+    def vector_field(t, y, p):
+        rate, qdd = motion(t, y, p)
+        return jnp.where(bad, 0.0, rate), jnp.where(bad, 0.0, qdd)
+
+    return vector_field
+
+
+def _step_counts(sol):
+    """diffrax's (steps, accepted steps) of a solve."""
+    return jnp.asarray(sol.stats["num_steps"]), jnp.asarray(sol.stats["num_accepted_steps"])
 
 
 def _diffeqsolve(system, config, numbers, vector_field, y0, params, event, batched: bool = False):
@@ -308,12 +320,7 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
     with _runtime_checks_as_nan(not config.throw):
         start_bad = jax.vmap(_start_bad)(q0, qd0, params)
         motion = jax.vmap(_batched_state_derivative(system, config, numbers), in_axes=(None, 0, 0))
-
-        @jax.jit  # traced once for diffrax's several calls, as in _solve_traced
-        def vector_field(t, y, p):
-            rate, qdd = motion(t, y, p)
-            return jnp.where(start_bad[:, None], 0.0, rate), jnp.where(start_bad[:, None], 0.0, qdd)
-
+        vector_field = _field(motion, start_bad)
         sol = _diffeqsolve(system, config, numbers, vector_field, (q0, qd0), params, None, batched=True)
         q, qd = (jnp.swapaxes(x, 0, 1) for x in sol.ys)  # (T, batch, ...) -> (batch, T, ...)
         failed = jnp.cumsum(~(_all_finite(q) & _all_finite(qd)), axis=1) > 0
@@ -321,12 +328,10 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
         qd = jnp.where(failed[..., None], jnp.inf, qd)
         if system.normalize is not None:
             q = jax.vmap(jax.vmap(system.normalize))(q)
-        num_steps = jnp.asarray(sol.stats["num_steps"])
-        accepted = jnp.asarray(sol.stats["num_accepted_steps"])
+        counts = _step_counts(sol)
 
         def finished(q0_, p_, q_, qd_, start_bad_):
-            return _finished(system, config, numbers, q0_, p_, q_, qd_, sol.result, start_bad_, num_steps,
-                             accepted)  # fmt: skip
+            return _finished(system, config, numbers, q0_, p_, q_, qd_, sol.result, start_bad_, *counts)
 
         return jax.vmap(finished)(q0, params, q, qd, start_bad)
 
