@@ -257,6 +257,18 @@ def test_fused_engine_derivatives_are_the_xla_engines_in_both_modes():
     same(jax.jacfwd(loss)(params["K"], "fused", forward), jax.jacfwd(loss)(params["K"], "xla", forward))
 
 
+def test_fused_engine_inside_a_users_jit():
+    """Inside a user's ``jax.jit`` the engine is chosen from the same host values as outside it: save times
+    and step given as numbers stay known while tracing (they were traced before, and the fused engine was
+    refused with "not on the step grid" in every jitted program, the GPU suite's rows among them)."""
+    system, params, q0, qd0 = _case("random")
+    Q0, QD0 = jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1))
+    kw = dict(t1=4 * DT, ts=[0.0, 2 * DT, 4 * DT], dt=DT, solver=ukjax.RK4())
+    run = jax.jit(lambda Q0, QD0: ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw).q)
+    xla = ukjax.simulate_batch(system, Q0, QD0, params, engine="xla", **kw).q
+    assert float(jnp.max(jnp.abs(run(Q0, QD0) - xla))) <= 1e-13 * float(jnp.max(jnp.abs(xla)))
+
+
 def test_engine_choice_and_refusals():
     system, params, q0, qd0 = _case("random")
     # BATCH scenarios, the default solver (Tsit5), the same span (its step count is the step budget: static)

@@ -114,12 +114,16 @@ def test_gpu_suite_smoke_measures_what_a_gpu_run_reports(smoke):
     parts = read("throughput")["parts"]
     assert [p["dtype"] for p in parts] == ["float64", "float32"]
     every = {"ukjax_scara", "ukjax_user_scara", "ukjax_user_scara_vmap", "naive_jax_scara"}
-    for part, expected in zip(parts, (every, {"ukjax_scara", "naive_jax_scara"}), strict=True):
+    # the fused kernel's row (float32 only in --smoke) runs in the suite's jit: it must not be refused there
+    float32 = {"ukjax_scara", "naive_jax_scara", "ukjax_user_scara_fused"}
+    for part, expected in zip(parts, (every, float32), strict=True):
         contenders = {r["contender"] for r in part["rows"]}
         assert expected <= contenders, part.get("errors")  # --smoke: float32 with two of them
         for row in part["rows"]:
             assert row["scenario_steps_per_s"] > 0 and row["finite_fraction"] == 1.0
             assert row["compile_s"] > 0 and row["dtype"] == part["dtype"]
+    (fused,) = [r for r in parts[1]["rows"] if r["contender"] == "ukjax_user_scara_fused"]
+    assert fused["max_abs_q_vs_xla_engine"] <= 1e-5  # float32 kernel against float32 XLA: a few ulps of q ~ 1
     robots = read("robots")
     contenders = {r["contender"] for r in robots["rows"]}
     assert {"ukjax_chain4", "ukjax_chain4_scan", "ukjax_arm2"} <= contenders  # the tree, before/after, a URDF

@@ -409,7 +409,8 @@ def reason_not_applicable(system, config, numbers) -> str | None:
     steps = steps_between_saves(numbers.ts, numbers.t0, numbers.dt)
     if steps is None:
         return "the saved times must be t0 + k m dt for an integer m (evenly spaced on the step grid)"
-    if abs(float(numbers.t1) - float(numbers.ts[-1])) > 1e-12 * max(1.0, abs(float(numbers.t1))):
+    t1, last = float(np.asarray(numbers.t1)), float(np.asarray(numbers.ts)[-1])  # host values (no JAX op)
+    if abs(t1 - last) > 1e-12 * max(1.0, abs(t1)):
         return "the last saved time must be t1"
     return None
 

@@ -22,6 +22,7 @@ integrator defaults, and which of its options compile a new program, from them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -250,13 +251,19 @@ def _prepare(
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
     t0_value, t1_value = validate.host_float(t0), validate.host_float(t1)
-    t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
-    ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
     dt_value = None if dt is None else validate.host_float(dt)
-    if dt is not None:
-        dt = validate.scalar(dt, step_name, dtype, positive=True)
-        if fixed_step:
-            validate.fixed_step(t0_value, t1_value, dt_value)
+    times_known = None not in (t0_value, t1_value) and (dt is None or dt_value is not None)
+    times_known = times_known and all(validate.is_concrete(x) for x in jax.tree_util.tree_leaves(ts))
+    # Times known on the host stay concrete inside a user's jit (where JAX would otherwise trace even
+    # jnp.asarray of a Python number), so what is decided from them on the host (the fused engine's steps
+    # between saves) is decided the same way under jit as outside it.
+    with jax.ensure_compile_time_eval() if times_known else contextlib.nullcontext():
+        t0, t1 = validate.scalar(t0, "t0", dtype), validate.scalar(t1, "t1", dtype)
+        ts = validate.save_times(t0, t1, ts, DEFAULT_NUM_SAVES, t0_value, t1_value)
+        if dt is not None:
+            dt = validate.scalar(dt, step_name, dtype, positive=True)
+    if dt is not None and fixed_step:
+        validate.fixed_step(t0_value, t1_value, dt_value)
     known = None not in (t0_value, t1_value, dt_value)
     if max_steps is None:
         # Fixed step: exactly the steps the span needs (+1 for the clipped last step), so reverse-mode memory
