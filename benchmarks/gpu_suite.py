@@ -779,7 +779,7 @@ def worker_tests(dtype: str, size: dict, plan: Plan, smoke: bool) -> dict:
     if importlib.util.find_spec("pytest") is None:
         return {"skipped": "pytest is not installed on this machine"}
     files, left_out = [], {}
-    for name in (SMOKE_TEST,) if smoke else TEST_FILES:
+    for name in (SMOKE_TEST,) if smoke else size.get("test_files", TEST_FILES):
         path = ROOT / "tests" / name
         imports = set(re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M))
         missing = sorted(m for m in imports if importlib.util.find_spec(m) is None and m not in ("helpers",))
@@ -925,6 +925,27 @@ def summary_rows(results: dict) -> list[list]:
     return rows
 
 
+def _pairs(parser, items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"expected KEY=VALUE, got {item!r}")
+        pairs[key.strip()] = value
+    return pairs
+
+
+def _overrides(parser, items: list[str]) -> dict:
+    """``--set KEY=JSON`` pairs as problem sizes (a worker gets them through ``UKJAX_GPU_SUITE_SET``)."""
+    out = json.loads(os.environ.get("UKJAX_GPU_SUITE_SET", "{}"))
+    for key, value in _pairs(parser, items).items():
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError as error:
+            parser.error(f"--set {key}: not JSON ({error})")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for the files (at most 8)")
@@ -934,13 +955,33 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--skip", default="", help="comma list of contenders to leave out (rows measured in an earlier call)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help='replace one problem size for this run, e.g. trees=[100000], dtypes={"robots":["float32"]}, '
+        'test_files=["test_fused.py"] (repeatable; every worker reads it)',
+    )
+    parser.add_argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="SECTION=FRACTION",
+        help="a section's share of the time left when it starts (repeatable; defaults: "
+        + ", ".join(f"{k} {v}" for k, v in SHARES.items())
+        + ")",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float64", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    size = sizes(args.smoke)
+    size = sizes(args.smoke) | _overrides(parser, args.set)
+    shares = SHARES | {k: float(v) for k, v in _pairs(parser, args.share).items()}
+    if args.set:  # read by every worker
+        os.environ["UKJAX_GPU_SUITE_SET"] = json.dumps(_overrides(parser, args.set))
     if args.skip:  # read by every worker's Plan
         os.environ["UKJAX_GPU_SUITE_SKIP"] = args.skip
     if args.worker:
@@ -966,7 +1007,7 @@ def main(argv=None) -> int:
         return 1 if "error" in result else 0
 
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
+    unknown = sorted((set(sections) | set(shares)) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     sys.path.insert(0, str(ROOT))
@@ -1001,7 +1042,7 @@ def main(argv=None) -> int:
     try:
         for i, section in enumerate(sections):
             left = end - time.time()
-            budget = max(0.0, left) * SHARES[section] / sum(SHARES[s] for s in sections[i:])
+            budget = max(0.0, left) * shares[section] / sum(shares[s] for s in sections[i:])
             budgets[section] = budget
             dtypes = size.get("dtypes", {}).get(section, DTYPED.get(section, ("float64",)))
             print(
