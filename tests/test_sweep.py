@@ -16,6 +16,7 @@ different batch shapes, which moves the last bit of a few metrics (and noise-lev
 ‖A A⁺ b - b‖ ~ 1e-15 by 100 %).
 """
 
+import functools
 import json
 import math
 import os
@@ -373,6 +374,49 @@ def test_same_table_for_chunks_of_64_and_256(reference, tmp_path):
     assert_same_table(sweep.load(tmp_path), table)
 
 
+def test_times_as_program_constants_and_the_fused_engine_give_the_same_table(
+    reference, tmp_path, monkeypatch
+):
+    """Where a sweep compiles its times into its chunk program (on a GPU, so that simulate_batch's "auto"
+    picks the fused kernel there; here forced on the CPU, the kernel in interpret mode), each dt of the grid
+    gets its own program and the table is the traced-times XLA one. (The chunk program runs under shard_map,
+    whose placement annotations in the right-hand side once kept the fused kernel out of every sweep.)"""
+    _, table = reference
+    monkeypatch.setattr(_run, "HOST_TIME_PLATFORMS", ("cpu",))
+    monkeypatch.setattr(_run, "simulate_batch", functools.partial(ukjax.simulate_batch, engine="fused"))
+    spec = sweep.load_spec(SPEC)
+    plan = _run.Plan.from_spec(spec, 64)
+    assert [_run.host_times(spec, plan, s) for s in range(2)] == [(0.0, 1.0, 0.02), (0.0, 1.0, 0.05)]
+    compiled = len(_run._COMPILED)
+    summary = sweep.run(SPEC, out=tmp_path, devices=1, progress=False)
+    assert summary.complete
+    assert len(_run._COMPILED) == compiled + 2  # one program per dt: the times are constants of each
+    assert_same_table(sweep.load(tmp_path), table)
+
+
+def test_the_scara_chunk_program_admits_the_fused_engine(monkeypatch):
+    """The shipped SCARA's right-hand side, traced inside a sweep's chunk program (shard_map), holds only
+    primitives the fused kernel evaluates (a placement annotation, reshard, kept it out before): with its
+    times on the step grid and compiled in, "auto" would run it on a GPU. Traced only, not compiled."""
+    from ukjax import simulation
+
+    vary = {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"}
+    integrator = {**SCARA["integrator"], "t1": 0.05, "max_steps": 11, "num_saves": 11}  # 1 step per save
+    spec = sweep.load_spec({**SCARA, "integrator": integrator, "vary": vary})
+    monkeypatch.setattr(_run, "HOST_TIME_PLATFORMS", ("cpu",))
+    seen, real = [], simulation._fused_steps
+
+    def probe(engine, *args):
+        seen.append(real("fused", *args))  # raises, with the reason, where the kernel cannot run it
+        return real(engine, *args)
+
+    monkeypatch.setattr(simulation, "_fused_steps", probe)
+    plan = _run.Plan.from_spec(spec, 32)
+    numbers = _run._numbers(_run.integrator_options(spec, plan, 0)[1], jnp.float64)
+    _run._lower(spec, plan, sweep.load_model(spec.model), 0, _run._local_mesh(1), {}, numbers)
+    assert seen == [1]
+
+
 def test_same_table_on_4_devices(reference, background):
     root, jobs = background
     (output,) = _finish(jobs["devices4"])
@@ -415,8 +459,11 @@ def test_scara_same_table_on_4_devices(background, tmp_path):
     # default constraint_rtol, so most report constraint_violated: a completed run, metrics kept)
     assert set(four.column("status_name").to_pylist()) <= {"success", "constraint_violated"}
 
-    cholesky_only = {**SCARA, "integrator": {**SCARA["integrator"], "method": "cholesky"},
-                     "vary": {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"}}
+    cholesky_only = {
+        **SCARA,
+        "integrator": {**SCARA["integrator"], "method": "cholesky"},
+        "vary": {k: v for k, v in SCARA["vary"].items() if k != "integrator.method"},
+    }
     summary = sweep.run(cholesky_only, out=tmp_path, devices=1, progress=False)
     assert summary.complete and summary.scenarios_written == 32
     first = four.filter(method == "cholesky").drop_columns(["integrator.method"])

@@ -603,6 +603,8 @@ _RULES = {
     "argmax": _argmax_like,
     "argmin": _argmax_like,
     "cond": _cond,
+    # placement annotations (a sweep's chunk program runs under shard_map): a scenario's entries have no place
+    **{name: _simple(lambda p, x: x) for name in ("reshard", "sharding_constraint", "mesh_cast")},
     **{name: _cumulative for name in _CUMULATIVE},
     **{name: _reduce for name in _REDUCTIONS},
 }

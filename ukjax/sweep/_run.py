@@ -60,6 +60,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -199,18 +200,48 @@ def _user_metrics(spec: Spec) -> dict:
     return {name: _import(ref, f"metrics.user.{name}") for name, ref in spec.user_metrics.items()}
 
 
-def _simulate(model, static, numbers, q0, qd0, params) -> tuple[Solution, jax.Array]:
-    ts = jnp.linspace(numbers["t0"], numbers["t1"], static["num_saves"])
+HOST_TIME_PLATFORMS = ("gpu",)
+"""Platforms on which a fixed-step explicit Runge-Kutta sweep compiles its times into its program (see
+:func:`host_times`)."""
+
+
+def host_times(spec: Spec, plan: Plan, s: int) -> tuple[float, float, float] | None:
+    """(t0, t1, dt) of sub-sweep ``s`` as constants of its chunk program, or None where they stay traced.
+
+    ``simulate_batch(engine="auto")`` runs the fused one-kernel integrator (:mod:`ukjax.fused`) on a GPU when
+    the steps between saves are known while tracing, which traced times hide. So on the platforms of
+    :data:`HOST_TIME_PLATFORMS`, a fixed-step (``dt`` given) explicit Runge-Kutta sub-sweep gets its times as
+    numbers of the program (a grid over them compiles once per value); elsewhere a grid over ``t1`` or ``dt``
+    shares one compiled program."""
+    if jax.local_devices()[0].platform not in HOST_TIME_PLATFORMS:
+        return None
+    static, numbers = integrator_options(spec, plan, s)
+    solver = solver_class(static["solver"])
+    explicit = issubclass(solver, diffrax.AbstractERK) and not getattr(solver.tableau, "implicit", False)
+    if numbers.get("dt") is None or not explicit:
+        return None
+    return float(numbers["t0"]), float(numbers["t1"]), float(numbers["dt"])
+
+
+def _simulate(model, static, numbers, q0, qd0, params, times=None) -> tuple[Solution, jax.Array]:
+    """The sub-sweep's ``simulate_batch``; ``times``: (t0, t1, dt) known on the host (:func:`host_times`),
+    else the traced ``numbers``' ones."""
+    if times is not None:
+        t0, t1, dt = times
+        ts = np.linspace(t0, t1, static["num_saves"])
+    else:
+        t0, t1, dt = numbers["t0"], numbers["t1"], numbers.get("dt")
+        ts = jnp.linspace(t0, t1, static["num_saves"])
     sol = simulate_batch(
         model.system,
         q0,
         qd0,
         params,
         batch_params=True,
-        t0=numbers["t0"],
-        t1=numbers["t1"],
+        t0=t0,
+        t1=t1,
         ts=ts,
-        dt=numbers.get("dt"),
+        dt=dt,
         rtol=numbers["rtol"],
         atol=numbers["atol"],
         pinv_rtol=numbers.get("pinv_rtol"),
@@ -229,11 +260,13 @@ def chunk_function(spec: Spec, plan: Plan, model, s: int, mesh: Mesh, user_metri
     """``f(indices, numbers) -> (sampled, metrics)`` for sub-sweep ``s``: jit of shard_map over ``mesh``."""
     static, _ = integrator_options(spec, plan, s)
     build = scenario_builder(spec, plan, model, s)
+    times = host_times(spec, plan, s)
 
     def per_device(indices, numbers):
         params, q0, qd0, sampled = jax.vmap(build)(indices)
-        sol, ts = _simulate(model, static, numbers, q0, qd0, params)
-        reduce = reducer(model.system, ts, numbers["t0"], numbers["t1"], spec.tail, user_metrics)
+        sol, ts = _simulate(model, static, numbers, q0, qd0, params, times)
+        t0, t1 = times[:2] if times is not None else (numbers["t0"], numbers["t1"])
+        reduce = reducer(model.system, ts, t0, t1, spec.tail, user_metrics)
         return sampled, jax.vmap(reduce)(sol, params)
 
     sharded = jax.shard_map(
@@ -751,7 +784,11 @@ def _program_of(spec: Spec, plan: Plan, s: int) -> int:
 
     def program(k):
         static, numbers = integrator_options(spec, plan, k)
-        return static, sorted(name for name, value in numbers.items() if value is None)
+        return (
+            static,
+            sorted(name for name, value in numbers.items() if value is None),
+            host_times(spec, plan, k),
+        )
 
     return next(k for k in range(s + 1) if program(k) == program(s))
 
@@ -783,6 +820,7 @@ def _compiled(spec, plan, model, s, mesh, user, numbers, ident) -> _Compiled:
         tuple(d.id for d in mesh.devices.flat),
         jax.config.jax_enable_x64,
         tuple((k, v.dtype) for k, v in sorted(numbers.items())),
+        host_times(spec, plan, s),  # times compiled into the program (a GPU's fixed-step sweeps)
     )
     if key not in _COMPILED:
         lowered = _lower(spec, plan, model, s, mesh, user, numbers)
