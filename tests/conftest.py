@@ -14,6 +14,8 @@ in a subprocess with its own folder (``tests/test_compile_and_gradient.py``).
 import os
 import tempfile
 
+from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX backend
+
 # Compile faster: the suite's time is XLA compilation (~60 % of it backend compilation, measured with
 # jax.monitoring's compile events over the whole suite), and what it checks is what the programs compute, not
 # how fast they run. XLA:CPU's legacy elemental emitters compile in about 0.6x the time of the default fusion
@@ -22,9 +24,11 @@ import tempfile
 # --xla_backend_optimization_level=0, took it to 432 s but made successful scenarios of tests/test_sweep.py
 # report a consistency residual of exactly 1.0 in one chunking and 1e-14 in another: not used.) Read when JAX
 # starts its CPU backend, so set before any test runs; subprocesses (the command line, the GPU suite's smoke
-# run) inherit it.
+# run) inherit it. Only where JAX can start the CPU's backend alone: the CUDA plugin aborts the process on
+# this CPU flag (ukjax._config.faster_cpu_compilation, which the suite's switch is, says more).
 SUITE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
+if _cpu_only_process():
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

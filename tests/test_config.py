@@ -49,6 +49,7 @@ def test_faster_cpu_compilation_adds_its_flag_once_and_respects_the_users(monkey
     import ukjax
     from ukjax._config import FASTER_CPU_COMPILATION_FLAG
 
+    monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: [])  # a CPU-only machine (see below)
     other = "--xla_force_host_platform_device_count=2"
     monkeypatch.setenv("XLA_FLAGS", other)
     assert ukjax.faster_cpu_compilation() is True
@@ -60,3 +61,24 @@ def test_faster_cpu_compilation_adds_its_flag_once_and_respects_the_users(monkey
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
     monkeypatch.delenv("XLA_FLAGS")
     assert ukjax.faster_cpu_compilation() is True and os.environ["XLA_FLAGS"] == FASTER_CPU_COMPILATION_FLAG
+
+
+def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeypatch):
+    """The CUDA plugin aborts a process whose ``XLA_FLAGS`` holds the CPU flag ("Unknown flag in XLA_FLAGS",
+    jax 0.11.2 on an H200): with an accelerator plugin installed the flag is added only where
+    ``JAX_PLATFORMS`` names the CPU alone. And the real plugin lookup works here (a list of names)."""
+    import os
+
+    import ukjax
+
+    assert isinstance(ukjax._config.accelerator_plugins(), list)
+    monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: ["xla_cuda13"])
+    monkeypatch.setenv("XLA_FLAGS", "")
+    for platforms in (None, "cuda,cpu", "cuda"):
+        if platforms is None:
+            monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+        else:
+            monkeypatch.setenv("JAX_PLATFORMS", platforms)
+        assert ukjax.faster_cpu_compilation() is False and os.environ["XLA_FLAGS"] == "", platforms
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert ukjax.faster_cpu_compilation() is True and "fusion_emitters=false" in os.environ["XLA_FLAGS"]

@@ -58,6 +58,27 @@ FASTER_CPU_COMPILATION_FLAG = "--xla_cpu_use_fusion_emitters=false"
 emitters."""
 
 
+def accelerator_plugins() -> list[str]:
+    """The JAX PJRT plugins installed for accelerators (``jax_plugins`` entry points and modules, e.g.
+    ``xla_cuda13``), found without starting JAX's backends."""
+    import importlib.util
+    import pkgutil
+    from importlib import metadata
+
+    names = {entry.name for entry in metadata.entry_points(group="jax_plugins")}
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is not None and spec.submodule_search_locations:
+        names |= {m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)}
+    return sorted(names)
+
+
+def cpu_only_process() -> bool:
+    """Whether JAX in this process can start no backend but the CPU's: ``JAX_PLATFORMS`` names only ``cpu``,
+    or no accelerator plugin is installed (:func:`accelerator_plugins`)."""
+    platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+    return (bool(platforms) and set(platforms) == {"cpu"}) or not accelerator_plugins()
+
+
 def faster_cpu_compilation() -> bool:
     """Compile CPU programs with XLA's legacy elemental emitters (``--xla_cpu_use_fusion_emitters=false`` in
     ``XLA_FLAGS``): opt-in, for work where compilation dominates (tests, short studies, a first look).
@@ -66,15 +87,17 @@ def faster_cpu_compilation() -> bool:
     ``benchmarks/results/cpu-compile-flags.json``; the SCARA of Xu & Liu 2017, Tsit5 at a fixed 5 ms step,
     1000 steps, float64, 2-core CPU, load 1-2): XLA's compilation takes 0.54-0.57x the time (256 scenarios:
     7.3-8.5 s against 12.6-14.9 s), but 1024 scenarios (the demo's default, four chunks of 256) run 1.85x
-    slower (4.7-5.3 s against 2.7 s; 256 scenarios: as fast); the states agree to 7e-15. The GPU is not
-    affected. ukjax's test suite runs with it, and so does ``ukjax demo``, which compiles one 256-scenario
-    chunk and calls it once per chunk (``benchmarks/demo_first_result.py``); the other commands do not.
+    slower (4.7-5.3 s against 2.7 s; 256 scenarios: as fast); the states agree to 7e-15. ukjax's test suite
+    runs with it, and so does ``ukjax demo``, which compiles one 256-scenario chunk and calls it once per
+    chunk (``benchmarks/demo_first_result.py``); the other commands do not.
 
-    Call it before the first JAX computation (XLA reads its flags when JAX starts its CPU backend). Does
-    nothing, and returns False, where ``XLA_FLAGS`` already sets the flag either way; True where it added
-    the flag."""
+    Only in a CPU-only process (:func:`cpu_only_process`): ``XLA_FLAGS`` is read by every backend, and the
+    CUDA plugin aborts the process on this CPU flag ("Unknown flag in XLA_FLAGS", jax 0.11.2 on an H200,
+    2026-11-28). Call it before the first JAX computation (XLA reads its flags when JAX starts its CPU
+    backend). Does nothing, and returns False, where an accelerator may start or ``XLA_FLAGS`` already sets
+    the flag either way; True where it added the flag."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if FASTER_CPU_COMPILATION_FLAG.split("=")[0] in flags:
+    if FASTER_CPU_COMPILATION_FLAG.split("=")[0] in flags or not cpu_only_process():
         return False
     os.environ["XLA_FLAGS"] = f"{flags} {FASTER_CPU_COMPILATION_FLAG}".strip()
     return True
