@@ -581,6 +581,29 @@ def gpu_after() -> str:
     return table(header, _gpu_rate_rows(rows_in, GPU_AFTER_CONTENDERS, "-"), ["---", "---:", "---:", "---:"])
 
 
+GPU_RUN_FUSED = "gpu-h200-2026-11-28"
+"""The suite's run with the fused kernel's rows and MJX beside the robots (one H200; PROVENANCE.md)."""
+
+GPU_FUSED_CONTENDERS = {
+    "ukjax_user_scara": "ukjax, user-written SCARA, Tsit5, XLA engine",
+    "ukjax_user_scara_fused": "ukjax, user-written SCARA, Tsit5, fused kernel",
+    "ukjax_ur5": "ukjax, UR5 from its URDF, RK4",
+    "mjx_ur5": "MJX, the same UR5, RK4",
+    "ukjax_panda": "ukjax, Panda from its URDF, RK4",
+    "mjx_panda": "MJX, the same Panda, RK4",
+    "ukjax_chain8": "ukjax, pinned 8-link chain (tree), RK4",
+    "mjx_chain8": "MJX, the same chain, RK4",
+}
+
+
+def gpu_fused() -> str:
+    """The 2026-11-28 run's rows: the fused kernel against the XLA engine, the robots against MJX."""
+    lines = (RESULTS / GPU_RUN_FUSED / "rows.jsonl").read_text().splitlines()
+    rows_in = [json.loads(line) for line in lines if line.strip()]
+    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile)", "float32"]
+    return table(header, _gpu_rate_rows(rows_in, GPU_FUSED_CONTENDERS, "-"), ["---", "---:", "---:", "---:"])
+
+
 def _gpu_rate_rows(rows_in: list[dict], contenders: dict, missing: str) -> list[list[str]]:
     """One table row per (contender, batch): its float64 and float32 rates with run and compile seconds
     (and the run that measured it, where rows carry one)."""
@@ -609,6 +632,7 @@ def _rate(x: float) -> str:
 TABLES: dict[str, Callable[[], str]] = {
     "gpu-throughput": gpu_throughput,
     "gpu-after": gpu_after,
+    "gpu-fused": gpu_fused,
     "user-model": user_model,
     "throughput": throughput,
     "default-method": default_method,
