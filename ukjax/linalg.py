@@ -260,7 +260,10 @@ def small_matmul(a, b):
         return a @ b
     a2 = a if a.ndim == 2 else a[None, :]
     b2 = b if b.ndim == 2 else b[:, None]
-    out = functools.reduce(jnp.add, (a2[:, k, None] * b2[None, k, :] for k in range(a.shape[-1])))
+    # columns and rows by one unstack each (whose transpose is one stack), not by indexing (each index's
+    # transpose pads a cotangent to the operand's size and adds it: reverse mode paid k pads and adds)
+    columns, rows = jnp.unstack(a2, axis=1), jnp.unstack(b2, axis=0)
+    out = functools.reduce(jnp.add, (c[:, None] * r[None, :] for c, r in zip(columns, rows, strict=True)))
     out = out[0] if a.ndim == 1 else out
     return out[..., 0] if b.ndim == 1 else out
 

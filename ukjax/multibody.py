@@ -203,38 +203,50 @@ class Bodies(eqx.Module):
     rotation: jax.Array | None = None
 
 
+# Entries and halves are taken by unstack and split rather than by indexing: in reverse mode an index's
+# transpose pads its cotangent to the whole operand and adds it, one pad and add per index, where unstack's
+# and split's transposes are one stack or concatenate.
 def _skew(v):
     """[v]× (3, 3) with [v]× w = v × w."""
-    zero = jnp.zeros_like(v[0])
-    return jnp.stack(
-        [jnp.stack([zero, -v[2], v[1]]), jnp.stack([v[2], zero, -v[0]]), jnp.stack([-v[1], v[0], zero])]
-    )
+    v0, v1, v2 = jnp.unstack(v)
+    zero = jnp.zeros_like(v0)
+    return jnp.stack([jnp.stack([zero, -v2, v1]), jnp.stack([v2, zero, -v0]), jnp.stack([-v1, v0, zero])])
 
 
 def _cross(a, b):
-    return jnp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+    (a0, a1, a2), (b0, b1, b2) = jnp.unstack(a), jnp.unstack(b)
+    return jnp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+
+
+def _halves(x):
+    """(x[:3], x[3:]) of a spatial vector (6,) or 6 x k columns."""
+    return tuple(jnp.split(x, 2))
 
 
 def _motion_cross(v, m):
     """v ×ₘ m = (ω × m_ω, ω × m_v + v_o × m_ω) (Featherstone eq. 2.31)."""
-    return jnp.concatenate([_cross(v[:3], m[:3]), _cross(v[:3], m[3:]) + _cross(v[3:], m[:3])])
+    (w, v_o), (m_w, m_v) = _halves(v), _halves(m)
+    return jnp.concatenate([_cross(w, m_w), _cross(w, m_v) + _cross(v_o, m_w)])
 
 
 def _force_cross(v, f):
     """v ×* f = (ω × n + v_o × f, ω × f) (Featherstone eq. 2.32)."""
-    return jnp.concatenate([_cross(v[:3], f[:3]) + _cross(v[3:], f[3:]), _cross(v[:3], f[3:])])
+    (w, v_o), (n, f_) = _halves(v), _halves(f)
+    return jnp.concatenate([_cross(w, n) + _cross(v_o, f_), _cross(w, f_)])
 
 
 def _to_child(E, r, m):
     """^iX_λ m for motion vectors m (6,) or (6, k): (E m_ω, E (m_v - r × m_ω)), X = rot(E) xlt(r)
     (Featherstone eq. 2.24), without forming the 6 x 6 matrix."""
-    return jnp.concatenate([_mm(E, m[:3]), _mm(E, m[3:] - _cross(_column(r, m), m[:3]))])
+    m_w, m_v = _halves(m)
+    return jnp.concatenate([_mm(E, m_w), _mm(E, m_v - _cross(_column(r, m), m_w))])
 
 
 def _to_parent(E, r, f):
     """^iX_λᵀ f for force vectors f (6,) or (6, k): (Eᵀ n + r × Eᵀ f, Eᵀ f)."""
-    force = _mm(E.T, f[3:])
-    return jnp.concatenate([_mm(E.T, f[:3]) + _cross(_column(r, force), force), force])
+    n, f_ = _halves(f)
+    force = _mm(E.T, f_)
+    return jnp.concatenate([_mm(E.T, n) + _cross(_column(r, force), force), force])
 
 
 def _inertia_to_parent(E, r, I):
@@ -242,7 +254,8 @@ def _inertia_to_parent(E, r, I):
     A' = EᵀAE, B' = EᵀBE, C' = EᵀCE and K = B' + [r]×C', the result is [[A' + [r]×B'ᵀ - K[r]×, K],
     [Kᵀ, C']] (about half the products of the 6 x 6 congruence)."""
     Et = E.T
-    A, B, C = (_mm(Et, _mm(block, E)) for block in (I[:3, :3], I[:3, 3:], I[3:, 3:]))
+    (top_left, top_right), (_, bottom_right) = (jnp.split(half, 2, axis=1) for half in _halves(I))
+    A, B, C = (_mm(Et, _mm(block, E)) for block in (top_left, top_right, bottom_right))
     R = _skew(r)
     K = B + _mm(R, C)
     return jnp.block([[A + _mm(R, B.T) - _mm(K, R), K], [K.T, C]])
@@ -267,7 +280,8 @@ def _add(a, b):
 def _dot(a, b):
     """a @ b for a (m, c) and b (c, k) with a small contraction size c (a joint's velocities, <= 6): the sum
     of c outer products, elementwise operations that XLA fuses across a ``vmap`` batch."""
-    return functools.reduce(jnp.add, (a[:, c, None] * b[None, c, :] for c in range(a.shape[1])))
+    columns, rows = jnp.unstack(a, axis=1), jnp.unstack(b, axis=0)
+    return functools.reduce(jnp.add, (c[:, None] * r[None, :] for c, r in zip(columns, rows, strict=True)))
 
 
 def _joint_velocities(S, qd_parts):
