@@ -165,6 +165,28 @@ def test_time_plan_predicts_skips_and_caps():
     assert not plan.capped("ukjax_scara", 10**7)
 
 
+def test_set_and_share_replace_sizes_and_shares(monkeypatch, tmp_path):
+    """``--set KEY=JSON`` replaces a problem size (and reaches the workers through the environment),
+    ``--share`` a section's time share; a malformed pair, non-JSON value or unknown section is refused."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import argparse
+
+    import gpu_suite
+
+    monkeypatch.delenv("UKJAX_GPU_SUITE_SET", raising=False)
+    parser = argparse.ArgumentParser()
+    sets = ["trees=[100000]", 'dtypes={"robots": ["float32"]}', 'test_files=["test_fused.py"]']
+    assert gpu_suite._overrides(parser, sets) == {
+        "trees": [100000], "dtypes": {"robots": ["float32"]}, "test_files": ["test_fused.py"]
+    }  # fmt: skip
+    monkeypatch.setenv("UKJAX_GPU_SUITE_SET", '{"trees": [8]}')  # what a worker reads
+    assert gpu_suite._overrides(parser, [])["trees"] == [8]
+    assert gpu_suite._pairs(parser, ["robots=0.5"]) == {"robots": "0.5"}
+    for bad in (["--set", "trees"], ["--set", "trees=[1"], ["--share", "nonsense=0.5"]):
+        with pytest.raises(SystemExit):
+            gpu_suite.main(["--out", str(tmp_path), "--sections", "environment", *bad])
+
+
 def test_pytest_outcomes_are_read_as_tests_finish():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_suite
