@@ -979,10 +979,11 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    size = sizes(args.smoke) | _overrides(parser, args.set)
+    overrides = _overrides(parser, args.set)
+    size = sizes(args.smoke) | overrides
     shares = SHARES | {k: float(v) for k, v in _pairs(parser, args.share).items()}
     if args.set:  # read by every worker
-        os.environ["UKJAX_GPU_SUITE_SET"] = json.dumps(_overrides(parser, args.set))
+        os.environ["UKJAX_GPU_SUITE_SET"] = json.dumps(overrides)
     if args.skip:  # read by every worker's Plan
         os.environ["UKJAX_GPU_SUITE_SKIP"] = args.skip
     if args.worker:

@@ -550,11 +550,14 @@ GPU_CONTENDERS = {
 
 def gpu_throughput() -> str:
     """One H200: scenario-steps per second (run seconds; compile seconds) per contender, batch and dtype."""
-    lines = (RESULTS / GPU_RUN / "throughput-rows.jsonl").read_text().splitlines()
-    rows_in = [json.loads(line) for line in lines if line.strip()]
+    return _gpu_rows_table(RESULTS / GPU_RUN / "throughput-rows.jsonl", GPU_CONTENDERS, "not reached")
+
+
+def _gpu_rows_table(path: Path, contenders: dict, missing: str) -> str:
+    """The rate table (:func:`_gpu_rate_rows`) of one GPU run's row log (JSON lines)."""
+    rows_in = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile)", "float32"]
-    rows = _gpu_rate_rows(rows_in, GPU_CONTENDERS, "not reached")
-    return table(header, rows, ["---", "---:", "---:", "---:"])
+    return table(header, _gpu_rate_rows(rows_in, contenders, missing), ["---", "---:", "---:", "---:"])
 
 
 GPU_RUNS_AFTER = ("gpu-h200-2026-11-27-run1", "gpu-h200-2026-11-27-run2")
@@ -598,10 +601,7 @@ GPU_FUSED_CONTENDERS = {
 
 def gpu_fused() -> str:
     """The 2026-11-28 run's rows: the fused kernel against the XLA engine, the robots against MJX."""
-    lines = (RESULTS / GPU_RUN_FUSED / "rows.jsonl").read_text().splitlines()
-    rows_in = [json.loads(line) for line in lines if line.strip()]
-    header = ["contender", "scenarios", "float64: scenario-steps/s (run; compile)", "float32"]
-    return table(header, _gpu_rate_rows(rows_in, GPU_FUSED_CONTENDERS, "-"), ["---", "---:", "---:", "---:"])
+    return _gpu_rows_table(RESULTS / GPU_RUN_FUSED / "rows.jsonl", GPU_FUSED_CONTENDERS, "-")
 
 
 def _gpu_rate_rows(rows_in: list[dict], contenders: dict, missing: str) -> list[list[str]]:

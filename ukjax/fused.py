@@ -393,16 +393,24 @@ def steps_between_saves(ts, t0, dt) -> int | None:
     return steps if np.allclose(ts, grid, rtol=tol, atol=tol * max(1.0, abs(float(ts[-1])))) else None
 
 
+def is_explicit_runge_kutta(solver_type) -> bool:
+    """Whether a diffrax solver class is an explicit Runge-Kutta method (RK4, Tsit5, ...), which the kernel
+    runs."""
+    import diffrax
+
+    explicit = issubclass(solver_type, diffrax.AbstractERK)
+    return explicit and not getattr(solver_type.tableau, "implicit", False)
+
+
 def reason_not_applicable(system, config, numbers) -> str | None:
     """Why the fused kernel cannot run this simulation (None where it can): it runs fixed-step explicit
     Runge-Kutta solves without a projection, saved on the step grid; whether the right-hand side has entry
     rules is checked when it is traced (:func:`integrate`)."""
-    import diffrax
 
     solver = config.solver
     if config.adaptive or numbers.controller is not None or not config.has_dt0:
         return "it integrates with a fixed step only (give dt, no stepsize_controller)"
-    if not isinstance(solver, diffrax.AbstractERK) or getattr(solver.tableau, "implicit", False):
+    if not is_explicit_runge_kutta(type(solver)):
         return f"it runs explicit Runge-Kutta solvers only (RK4, Tsit5, ...), not {type(solver).__name__}"
     if system.normalize is not None:
         return "the system's coordinates are projected onto a manifold after every step (ball or free joints)"
@@ -452,6 +460,7 @@ __all__ = [
     "integrate",
     "steps_between_saves",
     "reason_not_applicable",
+    "is_explicit_runge_kutta",
     "unruled_primitives",
     "lowered_for_cuda",
     "DEFAULT_TILE",

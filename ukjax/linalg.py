@@ -243,6 +243,15 @@ def _safe_div(num, den, ok):
     return jnp.where(ok, num / jnp.where(ok, den, 1), 0)
 
 
+def sum_of_outer_products(a, b):
+    """a @ b for 2-D a (m, c) and b (c, k) as Σ_c a[:, c] b[c, :], in order of c: elementwise operations that
+    XLA fuses across a ``vmap`` batch (:func:`small_matmul`). Columns and rows are taken by one unstack each,
+    whose transpose is one stack, not by indexing, whose transpose pads each cotangent to the operand's size
+    and adds it (reverse mode paid c pads and adds)."""
+    columns, rows = jnp.unstack(a, axis=1), jnp.unstack(b, axis=0)
+    return functools.reduce(jnp.add, (c[:, None] * r[None, :] for c, r in zip(columns, rows, strict=True)))
+
+
 def small_matmul(a, b):
     """``a @ b`` for a vector or matrix ``a`` and ``b``; for small static sizes, as sums of outer products.
 
@@ -260,10 +269,7 @@ def small_matmul(a, b):
         return a @ b
     a2 = a if a.ndim == 2 else a[None, :]
     b2 = b if b.ndim == 2 else b[:, None]
-    # columns and rows by one unstack each (whose transpose is one stack), not by indexing (each index's
-    # transpose pads a cotangent to the operand's size and adds it: reverse mode paid k pads and adds)
-    columns, rows = jnp.unstack(a2, axis=1), jnp.unstack(b2, axis=0)
-    out = functools.reduce(jnp.add, (c[:, None] * r[None, :] for c, r in zip(columns, rows, strict=True)))
+    out = sum_of_outer_products(a2, b2)
     out = out[0] if a.ndim == 1 else out
     return out[..., 0] if b.ndim == 1 else out
 

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax.linalg import small_matmul as _mm
+from ukjax.linalg import sum_of_outer_products
 from ukjax.system import System
 
 _ONE_PASS = True
@@ -277,11 +278,9 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
-def _dot(a, b):
-    """a @ b for a (m, c) and b (c, k) with a small contraction size c (a joint's velocities, <= 6): the sum
-    of c outer products, elementwise operations that XLA fuses across a ``vmap`` batch."""
-    columns, rows = jnp.unstack(a, axis=1), jnp.unstack(b, axis=0)
-    return functools.reduce(jnp.add, (c[:, None] * r[None, :] for c, r in zip(columns, rows, strict=True)))
+_dot = sum_of_outer_products
+"""a @ b for a (m, c) and b (c, k) with a small contraction size c (a joint's velocities, <= 6), whatever k
+(:func:`small_matmul` turns to ``jnp.matmul`` above 8)."""
 
 
 def _joint_velocities(S, qd_parts):

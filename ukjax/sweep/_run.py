@@ -60,7 +60,6 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,6 +67,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ukjax._io import ResultWriteError, folder_lock, stale_temporary
+from ukjax.fused import is_explicit_runge_kutta
 from ukjax.simulation import RESULTS, Solution, simulate_batch
 from ukjax.sweep import _store
 from ukjax.sweep._models import _import, load_model
@@ -216,22 +216,21 @@ def host_times(spec: Spec, plan: Plan, s: int) -> tuple[float, float, float] | N
     if jax.local_devices()[0].platform not in HOST_TIME_PLATFORMS:
         return None
     static, numbers = integrator_options(spec, plan, s)
-    solver = solver_class(static["solver"])
-    explicit = issubclass(solver, diffrax.AbstractERK) and not getattr(solver.tableau, "implicit", False)
-    if numbers.get("dt") is None or not explicit:
+    if numbers.get("dt") is None or not is_explicit_runge_kutta(solver_class(static["solver"])):
         return None
     return float(numbers["t0"]), float(numbers["t1"]), float(numbers["dt"])
 
 
+def _times(numbers, times):
+    """(t0, t1, dt): the host constants ``times`` (:func:`host_times`) where given, else the traced
+    ``numbers``' ones."""
+    return times if times is not None else (numbers["t0"], numbers["t1"], numbers.get("dt"))
+
+
 def _simulate(model, static, numbers, q0, qd0, params, times=None) -> tuple[Solution, jax.Array]:
-    """The sub-sweep's ``simulate_batch``; ``times``: (t0, t1, dt) known on the host (:func:`host_times`),
-    else the traced ``numbers``' ones."""
-    if times is not None:
-        t0, t1, dt = times
-        ts = np.linspace(t0, t1, static["num_saves"])
-    else:
-        t0, t1, dt = numbers["t0"], numbers["t1"], numbers.get("dt")
-        ts = jnp.linspace(t0, t1, static["num_saves"])
+    """The sub-sweep's ``simulate_batch`` and its saved times; ``times`` as :func:`_times` takes them."""
+    t0, t1, dt = _times(numbers, times)
+    ts = (np if times is not None else jnp).linspace(t0, t1, static["num_saves"])
     sol = simulate_batch(
         model.system,
         q0,
@@ -265,7 +264,7 @@ def chunk_function(spec: Spec, plan: Plan, model, s: int, mesh: Mesh, user_metri
     def per_device(indices, numbers):
         params, q0, qd0, sampled = jax.vmap(build)(indices)
         sol, ts = _simulate(model, static, numbers, q0, qd0, params, times)
-        t0, t1 = times[:2] if times is not None else (numbers["t0"], numbers["t1"])
+        t0, t1, _ = _times(numbers, times)
         reduce = reducer(model.system, ts, t0, t1, spec.tail, user_metrics)
         return sampled, jax.vmap(reduce)(sol, params)
 
