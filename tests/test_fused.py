@@ -269,6 +269,25 @@ def test_fused_engine_inside_a_users_jit():
     assert float(jnp.max(jnp.abs(run(Q0, QD0) - xla))) <= 1e-13 * float(jnp.max(jnp.abs(xla)))
 
 
+@pytest.mark.parametrize("ts", [[4 * DT], [2 * DT, 3 * DT, 4 * DT]], ids=["final-only", "first-after-t0"])
+def test_saves_after_t0_run_fused(ts):
+    """Saved times on the step grid that do not start at t0 run in the kernel: ``ts=[t1]`` (the final state
+    only, the commonest call of a throughput run, which took the XLA program on a GPU before) and a first
+    save two steps after t0 (a lead kernel of 2 steps, then 1 step per save). States, violations and step
+    counts equal the XLA engine's (the tolerance of the module docstring)."""
+    system, params, q0, qd0 = _case("random")
+    Q0, QD0 = jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1))
+    kw = dict(t1=4 * DT, ts=ts, dt=DT, solver=ukjax.RK4())
+    xla = ukjax.simulate_batch(system, Q0, QD0, params, engine="xla", **kw)
+    kernel = ukjax.simulate_batch(system, Q0, QD0, params, engine="fused", **kw)
+    assert kernel.engine == "fused" and kernel.q.shape == xla.q.shape == (4, len(ts), 3)
+    for name in ("q", "qd", "position_violation"):
+        a, b = getattr(xla, name), getattr(kernel, name)
+        assert float(jnp.max(jnp.abs(a - b))) <= 1e-13 * float(jnp.max(jnp.abs(a))), name
+    np.testing.assert_array_equal(kernel.num_steps, xla.num_steps)
+    assert float(jnp.max(jnp.abs(kernel.q[:, 0] - Q0))) > 1e-9  # the first save is not the initial state
+
+
 def test_engine_choice_and_refusals():
     system, params, q0, qd0 = _case("random")
     # BATCH scenarios, the default solver (Tsit5), the same span (its step count is the step budget: static)
@@ -295,10 +314,18 @@ def test_engine_choice_and_refusals():
 def test_saved_times_on_the_step_grid_in_float32():
     """Saved times on the step grid are recognized at the times' own precision: float32 0.025 and a step of
     0.005 are 5 steps apart to ~6e-8 only (the GPU suite's float32 fused rows were refused before), while a
-    save off the grid by more than 64 ulps is still refused, in both dtypes."""
+    save off the grid by more than 64 ulps is still refused, in both dtypes. The grid is (steps from t0 to
+    the first save, steps between saves)."""
     f32 = lambda x: jnp.asarray(x, jnp.float32)
-    assert fused.steps_between_saves(f32([0.0, 0.025]), f32(0.0), f32(0.005)) == 5
-    assert fused.steps_between_saves(f32([0.0, 0.025, 0.05]), f32(0.0), f32(0.005)) == 5
-    assert fused.steps_between_saves(f32([0.0, 0.0251]), f32(0.0), f32(0.005)) is None
-    assert fused.steps_between_saves(jnp.asarray([0.0, 0.025]), 0.0, 0.005) == 5
-    assert fused.steps_between_saves(jnp.asarray([0.0, 0.025 + 1e-10]), 0.0, 0.005) is None
+    assert fused.save_grid(f32([0.0, 0.025]), f32(0.0), f32(0.005)) == (0, 5)
+    assert fused.save_grid(f32([0.0, 0.025, 0.05]), f32(0.0), f32(0.005)) == (0, 5)
+    assert fused.save_grid(f32([0.0, 0.0251]), f32(0.0), f32(0.005)) is None
+    assert fused.save_grid(jnp.asarray([0.0, 0.025]), 0.0, 0.005) == (0, 5)
+    assert fused.save_grid(jnp.asarray([0.0, 0.025 + 1e-10]), 0.0, 0.005) is None
+    assert fused.save_grid([1.0], 0.0, 0.005) == (200, 0)  # the final state only
+    assert fused.save_grid(f32([1.0]), f32(0.0), f32(0.005)) == (200, 0)
+    assert fused.save_grid([0.5, 0.75, 1.0], 0.0, 0.005) == (100, 50)
+    assert fused.save_grid([0.5, 0.75, 1.0], 0.25, 0.005) == (50, 50)
+    assert fused.save_grid([0.5003], 0.0, 0.005) is None  # the first save off the grid
+    assert fused.save_grid([0.5, 0.5], 0.0, 0.005) is None  # a repeated time: no interval
+    assert fused.save_grid([0.5], 1.0, 0.005) is None  # before t0

@@ -296,10 +296,12 @@ def _launch(program: _Program, tableau_stages, steps: int, tile: int, interpret:
 
 
 def integrate(field, y0, args, batched_args, *, t0, dt, steps_per_save: int, num_saves: int, tableau,
-              tile: int | None = None, interpret: bool | None = None):  # fmt: skip
-    """The states of a batch at ``num_saves`` saved times t0 + k · steps_per_save · dt (k = 0, 1, ...), by
-    fixed steps of the explicit Runge-Kutta method ``tableau`` (a ``diffrax.ButcherTableau``), one fused
-    kernel per save interval.
+              steps_to_first_save: int = 0, tile: int | None = None,
+              interpret: bool | None = None):  # fmt: skip
+    """The states of a batch at ``num_saves`` saved times t0 + (f + k · steps_per_save) · dt (k = 0, 1, ...;
+    f = ``steps_to_first_save``, 0: the first save is the initial state), by fixed steps of the explicit
+    Runge-Kutta method ``tableau`` (a ``diffrax.ButcherTableau``), one fused kernel per save interval (and
+    one more from t0 to the first save where f > 0).
 
     ``field(t, y, args)``: dy/dt of ONE scenario, y a pytree of arrays; ``y0``: that pytree with a leading
     batch axis (N, ...); ``args``: the arguments, with ``batched_args`` (booleans in a pytree prefix of
@@ -326,22 +328,26 @@ def integrate(field, y0, args, batched_args, *, t0, dt, steps_per_save: int, num
     n_state = program.state_size
     state, batched_arg_vectors = vectors[:n_state], vectors[n_state:]
     shared_numbers = program.shared_numbers(args)
-    advance = _launch(program, _stages(tableau), steps_per_save, tile, interpret, len(vectors),
-                      len(shared_numbers), padded)  # fmt: skip
+    launch = lambda steps: _launch(program, _stages(tableau), steps, tile, interpret, len(vectors),
+                                   len(shared_numbers), padded)  # fmt: skip
     dtype = program.dtype
     t0, h = jnp.asarray(t0, dtype), jnp.asarray(dt, dtype)
+    if steps_to_first_save:
+        state = launch(steps_to_first_save)(list(state), batched_arg_vectors, t0, h, shared_numbers)
+        t0 = _advanced_time(t0, h, steps_to_first_save)
+    if num_saves > 1:
+        advance = launch(steps_per_save)
 
-    def interval(carry, _):
-        t, state_ = carry
-        state_next = advance(list(state_), batched_arg_vectors, t, h, shared_numbers)
-        t_next = _advanced_time(t, h, steps_per_save)
-        return (t_next, tuple(state_next)), tuple(state_next)
+        def interval(carry, _):
+            t, state_ = carry
+            state_next = advance(list(state_), batched_arg_vectors, t, h, shared_numbers)
+            t_next = _advanced_time(t, h, steps_per_save)
+            return (t_next, tuple(state_next)), tuple(state_next)
 
-    _, saved = jax.lax.scan(interval, (t0, tuple(state)), None, length=num_saves - 1)
-    saved = [
-        jnp.concatenate([first[None], later], axis=0)[:, :batch]
-        for first, later in zip(state, saved, strict=True)
-    ]
+        _, later = jax.lax.scan(interval, (t0, tuple(state)), None, length=num_saves - 1)
+        saved = [jnp.concatenate([v[None], w], axis=0)[:, :batch] for v, w in zip(state, later, strict=True)]
+    else:
+        saved = [v[None, :batch] for v in state]
     leaves, e = [], 0
     for shape in program.y_shapes:
         count = int(np.prod(shape))
@@ -366,31 +372,36 @@ def lowered_for_cuda(fn, *args) -> str:
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def steps_between_saves(ts, t0, dt) -> int | None:
-    """The number of fixed steps between consecutive saved times when they are evenly spaced on the step grid
-    from t0 (ts[0] = t0, ts[k] = t0 + k m dt for an integer m >= 1, to 1e-9 relative, or 64 ulps of the
-    times' dtype where that is coarser: float32 times such as 0.025 and a step of 0.005 are 5 steps apart to
-    6e-8 only); None otherwise or where the times are not known on the host (traced)."""
+def save_grid(ts, t0, dt) -> tuple[int, int] | None:
+    """(steps from t0 to the first saved time, steps between consecutive saved times) when the saved times lie
+    on the step grid from t0: ts[0] = t0 + f dt for an integer f >= 0 (``ts=[t1]``, the final state only, is
+    f = (t1 - t0)/dt and no interval: m = 0) and ts[k] = ts[0] + k m dt for an integer m >= 1, to 1e-9
+    relative, or 64 ulps of the times' dtype where that is coarser (float32 times such as 0.025 and a step of
+    0.005 are 5 steps apart to 6e-8 only); None otherwise or where the times are not known on the host
+    (traced)."""
     try:
         dtypes = [np.asarray(x).dtype for x in (ts, t0, dt)]
         ts, t0, dt = np.asarray(ts, np.float64), float(t0), float(dt)
     except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
         return None
     ulps = 64 * max((float(np.finfo(d).eps) for d in dtypes if np.issubdtype(d, np.floating)), default=0.0)
-    if (
-        ts.ndim != 1
-        or ts.size < 2
-        or not np.all(np.isfinite(ts))
-        or abs(ts[0] - t0) > max(1e-12, ulps) * max(1.0, abs(t0))
-    ):
+    tol = max(1e-9, ulps)
+    if ts.ndim != 1 or ts.size < 1 or not np.all(np.isfinite(ts)) or not dt > 0:
         return None
-    m = (ts[1] - ts[0]) / dt
-    steps = int(round(m))
-    if steps < 1 or abs(m - steps) > max(1e-9, ulps) * steps:
+
+    def whole_steps(span) -> int | None:
+        count = span / dt
+        steps = int(round(count))
+        return steps if steps >= 0 and abs(count - steps) <= tol * max(1, steps) else None
+
+    first = whole_steps(ts[0] - t0)
+    every = whole_steps(ts[1] - ts[0]) if ts.size > 1 else 0
+    if first is None or every is None or (ts.size > 1 and every < 1):
         return None
-    grid = t0 + np.arange(ts.size) * steps * dt
+    grid = t0 + (first + np.arange(ts.size) * every) * dt
     tol = max(1e-12, ulps)
-    return steps if np.allclose(ts, grid, rtol=tol, atol=tol * max(1.0, abs(float(ts[-1])))) else None
+    on_grid = np.allclose(ts, grid, rtol=tol, atol=tol * max(1.0, abs(float(ts[-1]))))
+    return (first, every) if on_grid else None
 
 
 def is_explicit_runge_kutta(solver_type) -> bool:
@@ -414,9 +425,8 @@ def reason_not_applicable(system, config, numbers) -> str | None:
         return f"it runs explicit Runge-Kutta solvers only (RK4, Tsit5, ...), not {type(solver).__name__}"
     if system.normalize is not None:
         return "the system's coordinates are projected onto a manifold after every step (ball or free joints)"
-    steps = steps_between_saves(numbers.ts, numbers.t0, numbers.dt)
-    if steps is None:
-        return "the saved times must be t0 + k m dt for an integer m (evenly spaced on the step grid)"
+    if save_grid(numbers.ts, numbers.t0, numbers.dt) is None:
+        return "the saved times must be t0 + (f + k m) dt for integers f, m (evenly spaced on the step grid)"
     t1, last = float(np.asarray(numbers.t1)), float(np.asarray(numbers.ts)[-1])  # host values (no JAX op)
     if abs(t1 - last) > 1e-12 * max(1.0, abs(t1)):
         return "the last saved time must be t1"
@@ -458,7 +468,7 @@ def _unruled(closed) -> tuple[set[str], str]:
 
 __all__ = [
     "integrate",
-    "steps_between_saves",
+    "save_grid",
     "reason_not_applicable",
     "is_explicit_runge_kutta",
     "unruled_primitives",

@@ -644,8 +644,9 @@ def simulate_batch(
 
     ``engine`` (:data:`ENGINES`): ``"auto"`` (default) integrates with the fused kernel (:mod:`ukjax.fused`:
     one GPU kernel per interval between saved times) on a GPU where it applies (a fixed ``dt``, an explicit
-    Runge-Kutta solver, saved times on the step grid from t0, a system of at most 8 coordinates whose
-    right-hand side has no loops, gathers or LAPACK calls, no projection), XLA's program otherwise;
+    Runge-Kutta solver, saved times on the step grid, ``ts=[t1]`` included, no projection, and a right-hand
+    side that the entrywise evaluation covers: no LAPACK calls, no loop whose trip count depends on the data,
+    loops unrolled within :data:`ukjax.fused.MAX_ENTRY_OPERATIONS`), XLA's program otherwise;
     ``"xla"`` always XLA's; ``"fused"`` the kernel, or ``ValueError`` saying why it does not apply (on a CPU
     it runs in Pallas's interpret mode: for testing, not speed). ``Solution.engine`` says which ran. Both give
     the same trajectories up to the order of floating-point sums (1e-13 relative in float64,
@@ -658,7 +659,7 @@ def simulate_batch(
     config, numbers, q0, qd0, params, chunk_size = _arguments(locals(), batched=True)
     steps = _fused_steps(engine, system, config, numbers, q0, qd0, params)
     # the fused kernel takes any batch (its tile is padded): chunk_size only concerns the XLA program
-    program, last = (_simulate_fused, steps) if steps else (_simulate_many, chunk_size)
+    program, last = (_simulate_fused, steps) if steps is not None else (_simulate_many, chunk_size)
     batch = q0.shape[0]
     size = bucket_size(batch, chunk_size) if bucket and not _staged() else batch
     if size == batch:
@@ -676,9 +677,10 @@ Runge-Kutta, a right-hand side the entrywise evaluation covers, saves on the ste
 kernel on a GPU where it applies, the XLA program otherwise."""
 
 
-def _fused_steps(engine, system, config, numbers, q0, qd0, params) -> int | None:
-    """Steps between saves for the fused kernel where ``engine`` asks for it and it applies; None for the XLA
-    program. ``engine="fused"`` where it does not apply raises ``ValueError`` with the reason."""
+def _fused_steps(engine, system, config, numbers, q0, qd0, params) -> tuple[int, int] | None:
+    """(steps to the first save, steps between saves) for the fused kernel (:func:`ukjax.fused.save_grid`)
+    where ``engine`` asks for it and it applies; None for the XLA program. ``engine="fused"`` where it does
+    not apply raises ``ValueError`` with the reason."""
     from ukjax import fused
 
     if engine == "xla" or (engine == "auto" and jax.default_backend() != "gpu"):
@@ -691,7 +693,7 @@ def _fused_steps(engine, system, config, numbers, q0, qd0, params) -> int | None
         if unruled:
             reason = f"its right-hand side holds {sorted(unruled)}, which have no entry rules"
     if reason is None:
-        return fused.steps_between_saves(numbers.ts, numbers.t0, numbers.dt)
+        return fused.save_grid(numbers.ts, numbers.t0, numbers.dt)
     if engine == "fused":
         raise ValueError(
             f"simulate_batch(engine='fused'): the fused kernel cannot run this simulation: {reason}"
@@ -713,7 +715,7 @@ def _fused_field(system, config, numbers):
 
 
 @eqx.filter_jit
-def _simulate_fused(system, config, numbers, q0, qd0, params, steps: int):
+def _simulate_fused(system, config, numbers, q0, qd0, params, grid: tuple[int, int]):
     """The batch by the fused kernel (:mod:`ukjax.fused`), post-processed at the saves as the XLA program
     is. Derivatives are the XLA program's, in the mode its adjoint supports: reverse mode (the default
     adjoint: the kernel's states get the XLA program's pullback, whose forward pass XLA runs again) or, with
@@ -728,7 +730,8 @@ def _simulate_fused(system, config, numbers, q0, qd0, params, steps: int):
         numbers_ = eqx.combine(dyn, static)[1]
         return fused.integrate(
             field, (q0, qd0), (params, dyn), (True, False), t0=numbers_.t0, dt=numbers_.dt,
-            steps_per_save=steps, num_saves=num_saves, tableau=config.solver.tableau,
+            steps_to_first_save=grid[0], steps_per_save=grid[1], num_saves=num_saves,
+            tableau=config.solver.tableau,
         )  # fmt: skip
 
     def xla_states(q0, qd0, params, dyn):
@@ -744,7 +747,7 @@ def _simulate_fused(system, config, numbers, q0, qd0, params, steps: int):
         states.defvjp(lambda *args: (kernel_states(*args), args),
                       lambda args, cotangent: jax.vjp(xla_states, *args)[1](cotangent))  # fmt: skip
     q, qd = states(q0, qd0, params, dynamic)
-    total = jnp.asarray(steps * (num_saves - 1), jnp.int32)
+    total = jnp.asarray(grid[0] + grid[1] * (num_saves - 1), jnp.int32)
 
     def finish(q0_, qd0_, p_, q_, qd_):
         bad = _start_bad(q0_, qd0_, p_)
