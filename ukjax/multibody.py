@@ -40,6 +40,8 @@ Not from a seed paper: the seeds write M and Q by hand or by Lagrange's equation
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -312,13 +314,39 @@ def _scanned(step, init, xs, reverse, unroll=1):
     return jax.lax.scan(lambda carry, x: step(carry, x), init, xs, reverse=reverse, unroll=unroll)[1]
 
 
+_UNROLLED = contextvars.ContextVar("ukjax_tree_recursions_unrolled", default=False)
+
+
+@contextlib.contextmanager
+def unrolled_recursions(unrolled: bool = True):
+    """Trace the recursions of serial one-DoF chains unrolled on every platform, the CPU included (see
+    :func:`_scan_per_platform`; ``unrolled=False``: as the platform chooses). :func:`ukjax.simulate_batch`
+    traces a batch's right-hand side of an unconstrained system so (``benchmarks/tree_unroll_batch.py``:
+    the UR5 at 1024 scenarios, RK4, 1.2-1.35x faster per step on 2 CPU cores), not a constrained one, where
+    it did not pay (the UR5 with one joint-space constraint as fast either way, pinned planar chains of 4-8
+    links 1.2x slower). :meth:`ukjax.System.motion` keys its compiled program on this setting
+    (:func:`recursions_unrolled`)."""
+    token = _UNROLLED.set(unrolled)
+    try:
+        yield
+    finally:
+        _UNROLLED.reset(token)
+
+
+def recursions_unrolled() -> bool:
+    """Whether :func:`unrolled_recursions` is in effect."""
+    return _UNROLLED.get()
+
+
 def _scan_per_platform(step, init, xs, reverse):
     """:func:`_scanned` as a loop over the bodies on the CPU (one compiled body step whatever n: compiles
-    fast, and a loop costs nothing there; unrolling measured no faster, benchmarks/results/
-    tree-unroll-cpu-ab.json), unrolled into straight-line code on every other platform (chosen when the
-    program is lowered, ``jax.lax.platform_dependent``). On a GPU each trip of a loop inside the right-hand
-    side costs kernel launches and a device-to-host copy of its condition at every evaluation
-    (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
+    fast, and for one scenario the loop is faster: the UR5's right-hand side 49.6 against 59.6 µs per RK4
+    step, docs/benchmarks.md), unrolled into straight-line code on every other platform (chosen when the
+    program is lowered, ``jax.lax.platform_dependent``) and inside :func:`unrolled_recursions`. On a GPU
+    each trip of a loop inside the right-hand side costs kernel launches and a device-to-host copy of its
+    condition at every evaluation (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
+    if _UNROLLED.get():
+        return _scanned(step, init, xs, reverse, unroll=True)
     cpu = functools.partial(_scanned, step, reverse=reverse)
     default = functools.partial(_scanned, step, reverse=reverse, unroll=True)
     return jax.lax.platform_dependent(init, xs, cpu=cpu, default=default)

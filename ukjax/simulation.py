@@ -59,6 +59,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ukjax import multibody
 from ukjax._entrywise import batched_by_entries
 from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
@@ -142,7 +143,25 @@ def _state_derivative(system, config, numbers):
     return derivative
 
 
-def _batched_state_derivative(system, config, numbers):
+def _batched_state_derivative(system, config, numbers, *, lockstep: bool = False):
+    """:func:`_state_derivative`, evaluated entry by entry under a batch's ``vmap`` where
+    ``config.entrywise_min_batch`` says so (:func:`_batched_by_entries`). ``lockstep``: the right-hand side
+    of a batch integrated as one solve (:func:`_solve_lockstep`); for a system without constraints it is
+    traced with a kinematic tree's recursions unrolled (:func:`ukjax.multibody.unrolled_recursions`: faster
+    for a batch of an unconstrained serial chain on the CPU, as they are on a GPU anyway; one scenario's
+    solve keeps the CPU's loops)."""
+    derivative = _batched_by_entries(system, config, numbers)
+    if not lockstep or system.constraints or system.servo_constraints:
+        return derivative
+
+    def unrolled(t, y, p):
+        with multibody.unrolled_recursions():
+            return derivative(t, y, p)
+
+    return unrolled
+
+
+def _batched_by_entries(system, config, numbers):
     """:func:`_state_derivative`, evaluated entry by entry under the batch's ``vmap``
     (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums) where
     ``config.entrywise_min_batch`` says so (:data:`ukjax.options.ENTRYWISE_MAX_N`,
@@ -319,7 +338,8 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
     Its status is ``nonfinite_state`` either way; its ``num_steps`` are the batch's."""
     with _runtime_checks_as_nan(not config.throw):
         start_bad = jax.vmap(_start_bad)(q0, qd0, params)
-        motion = jax.vmap(_batched_state_derivative(system, config, numbers), in_axes=(None, 0, 0))
+        derivative = _batched_state_derivative(system, config, numbers, lockstep=True)
+        motion = jax.vmap(derivative, in_axes=(None, 0, 0))
         vector_field = _field(motion, start_bad)
         sol = _diffeqsolve(system, config, numbers, vector_field, (q0, qd0), params, None, batched=True)
         q, qd = (jnp.swapaxes(x, 0, 1) for x in sol.ys)  # (T, batch, ...) -> (batch, T, ...)

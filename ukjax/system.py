@@ -610,7 +610,10 @@ class System(eqx.Module):
         # One program per system, shapes and options (an inner jit when traced): the right-hand side is
         # traced once, not once per Runge-Kutta stage, saved time and derivative pass; on concrete arrays
         # it is one compiled call instead of JAX's op-by-op dispatch of the solve's few hundred operations.
-        return _compiled_motion(self, q, qd, _time_argument(t, q), p, method, solver, rtol, force)
+        from ukjax.multibody import recursions_unrolled
+
+        return _compiled_motion(self, q, qd, _time_argument(t, q), p, method, solver, rtol, force,
+                                recursions_unrolled())  # fmt: skip
 
     def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
@@ -1033,8 +1036,13 @@ def compose(
 
 
 @eqx.filter_jit
-def _compiled_motion(system, q, qd, t, p, method, solver, rtol, force) -> Motion:
+def _compiled_motion(system, q, qd, t, p, method, solver, rtol, force, unrolled: bool) -> Motion:
     """:meth:`System.motion` as one program per system, shapes and options. Inside a traced function it is
     a nested jit: JAX traces it once and reuses the trace (and its derivatives' traces) at every call with
-    the same system and shapes, and XLA inlines it, so the compiled code is that of the inlined solve."""
-    return system._motion(q, qd, t, p, method, solver, rtol, force)
+    the same system and shapes, and XLA inlines it, so the compiled code is that of the inlined solve.
+    ``unrolled``: a kinematic tree's recursions unrolled (:func:`ukjax.multibody.unrolled_recursions`),
+    part of the program's key as it changes the trace."""
+    from ukjax.multibody import unrolled_recursions
+
+    with unrolled_recursions(unrolled):
+        return system._motion(q, qd, t, p, method, solver, rtol, force)
