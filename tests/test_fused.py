@@ -191,6 +191,22 @@ def test_the_five_bar_is_refused_with_its_reason():
                         tableau=ukjax.RK4.tableau)  # fmt: skip
 
 
+def test_a_right_hand_side_above_the_size_limit_is_refused(monkeypatch):
+    """A right-hand side without loops above fused.MAX_ENTRY_OPERATIONS is refused too, with its size (the
+    kernel's compile time grows with it; the Panda's, ~12,300 operations and no loop, was admitted before
+    and its interpret-mode program did not compile in 9 minutes). The limit lowered to 10 here: traced
+    only."""
+    system, params, q0, qd0 = _case("random")
+    monkeypatch.setattr(fused, "MAX_ENTRY_OPERATIONS", 10)
+    why = fused.refusal(_field(system), (q0, qd0), params)
+    assert "operations on entries, above the fused kernel's 10" in why, why
+    assert fused.unruled_primitives(_field(system), (q0, qd0), params) == set()  # no loop to name
+    Q0, QD0 = jnp.tile(q0, (4, 1)), jnp.tile(qd0, (4, 1))
+    with pytest.raises(ValueError, match=r"cannot run this simulation: the right-hand side would hold ~\d+"):
+        ukjax.simulate_batch(system, Q0, QD0, params, t1=2 * DT, ts=[2 * DT], dt=DT, solver=ukjax.RK4(),
+                             engine="fused")  # fmt: skip
+
+
 def test_a_data_dependent_while_loop_is_refused():
     """A while loop whose trip count depends on the state has no entry rule: refused with its name."""
 

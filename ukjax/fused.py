@@ -23,9 +23,10 @@ limit, a model's own ``scan`` or ``fori_loop``) are unrolled while the kernel is
 counts are known then (:func:`ukjax._entrywise.unrolling_loops`: the body's jaxpr evaluated trip by trip on
 the entries, indexing by the loop counter resolved while tracing; ``tests/test_fused.py`` checks a
 right-hand side with a scan-based Cholesky, loop substitutions and a while loop with traced bounds to
-1e-13). A loop whose trip count depends on the data is refused with its name, and so are loops whose
-unrolled right-hand side exceeds :data:`MAX_ENTRY_OPERATIONS` operations on entries: the five-bar
-(n = 12, ~34,000), whose interpret-mode program XLA:CPU did not finish compiling in 5 minutes.
+1e-13). A loop whose trip count depends on the data is refused with its name, and so is a right-hand
+side of more than :data:`MAX_ENTRY_OPERATIONS` operations on entries, loops unrolled or not (the kernel's
+compile time): the five-bar (n = 12, ~34,000), whose interpret-mode program XLA:CPU did not finish
+compiling in 5 minutes, the UR5 and the Panda loaded from their URDFs (~8,000 and ~12,300).
 
 Backends: on a GPU the kernel is lowered by Pallas's Triton backend, which lowers float64 arithmetic
 (libdevice's float64 functions; jax 0.10's default GPU backend, Mosaic GPU, targets warpgroup matrix
@@ -145,7 +146,7 @@ class _Program:
             raise ValueError(
                 f"ukjax.fused: the field's outputs {out_shapes} do not match the state {self.y_shapes}"
             )
-        self.unruled, self.why = _unruled(self.closed)
+        self.refusal = _unruled(self.closed)[1]
         self.consts = [_entrywise._entries_of_array(np.asarray(c), False) if _is_concrete(c)
                        else None for c in self.closed.consts]  # fmt: skip
         self.traced_consts = [c for c in self.closed.consts if not _is_concrete(c)]
@@ -310,12 +311,10 @@ def integrate(field, y0, args, batched_args, *, t0, dt, steps_per_save: int, num
     :data:`INTERPRET_TILE` elsewhere); ``interpret``: Pallas's interpret mode (default: off on a GPU only).
     Raises ``ValueError`` where the right-hand side holds an operation the entrywise evaluation has no rule
     for (:func:`ukjax._entrywise.unruled_primitives`; loops are unrolled where their trip counts are known
-    while tracing and the unrolled right-hand side stays within :data:`MAX_ENTRY_OPERATIONS`): those need
-    the XLA program."""
+    while tracing) or exceeds :data:`MAX_ENTRY_OPERATIONS` (:func:`refusal`): those need the XLA program."""
     program = _Program(field, y0, args, batched_args)
-    if program.unruled:
-        raise ValueError(f"ukjax.fused: the right-hand side holds {sorted(program.unruled)}, {program.why}; "
-                         "use the XLA engine")  # fmt: skip
+    if program.refusal:
+        raise ValueError(f"ukjax.fused: {program.refusal}; use the XLA engine")
     on_gpu = jax.default_backend() == "gpu"
     interpret = (not on_gpu) if interpret is None else interpret
     batch = jax.tree_util.tree_leaves(y0)[0].shape[0]
@@ -436,34 +435,52 @@ def reason_not_applicable(system, config, numbers) -> str | None:
 def unruled_primitives(field, y_one, args_one) -> set[str]:
     """The primitives of ``field(t, y, args)`` for one scenario (``y_one``, ``args_one`` without a batch axis)
     that the entrywise evaluation has no rule for, loops unrolled as the kernel unrolls them (a loop too
-    large to unroll, :data:`MAX_ENTRY_OPERATIONS`, is named): empty where the fused kernel can run it."""
+    large to unroll, :data:`MAX_ENTRY_OPERATIONS`, is named): empty where the fused kernel can run it
+    (:func:`refusal` also says whether it is too large)."""
+    return _unruled(_one_scenario_jaxpr(field, y_one, args_one))[0]
+
+
+def refusal(field, y_one, args_one) -> str | None:
+    """Why the fused kernel does not run ``field(t, y, args)`` (one scenario, as for
+    :func:`unruled_primitives`): operations without entry rules, or a right-hand side above
+    :data:`MAX_ENTRY_OPERATIONS`; None where it runs it."""
+    return _unruled(_one_scenario_jaxpr(field, y_one, args_one))[1] or None
+
+
+def _one_scenario_jaxpr(field, y_one, args_one):
     dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
-    closed = jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
-    return _unruled(closed)[0]
+    return jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
 
 
 MAX_ENTRY_OPERATIONS = 5000
-"""Operations on entries (:func:`ukjax._entrywise.entry_operations`) above which the kernel does not unroll
-a right-hand side's loops. The SCARA's right-hand side is ~1,600 and its interpret-mode program compiles
-in ~15 s; the five-bar's (n = 12: loop-based Cholesky, substitutions and pivoted LDLᵀ sweeps, 5 loops of
-12 trips over 12 x 12 matrices) unrolls into ~34,000, whose program XLA:CPU did not finish compiling in
-5 minutes (13 GB; the unrolled right-hand side alone, under ``jax.jit``, not in 280 s)."""
+"""Operations on entries (:func:`ukjax._entrywise.entry_operations`, loops unrolled) above which the kernel
+is not built: its compile time grows with them. The SCARA's right-hand side is ~1,600 (its interpret-mode
+program compiles in ~15 s on the CPU, its Triton kernel in 4-7 s on an H200); the five-bar's (n = 12:
+loop-based Cholesky, substitutions and pivoted LDLᵀ sweeps, 5 loops of 12 trips over 12 x 12 matrices)
+unrolls into ~34,000, whose program XLA:CPU did not finish compiling in 5 minutes (13 GB; the unrolled
+right-hand side alone, under ``jax.jit``, not in 280 s); the UR5's is ~8,000 and the Panda's ~12,300 (the
+Panda's interpret-mode program did not compile in 9 minutes here). Triton's compile time for those sizes
+is still to be measured on a GPU (``benchmarks/fused_reach.py --max-entry-operations``)."""
+
+
+_NO_RULE = "cannot evaluate entry by entry"
 
 
 def _unruled(closed) -> tuple[set[str], str]:
-    """(the primitives the kernel has no entry rule for, why): loops are unrolled
-    (:func:`ukjax._entrywise.unrolling_loops`) where their trip counts are known while tracing and the
-    unrolled right-hand side stays within :data:`MAX_ENTRY_OPERATIONS`; above it they are named as
-    without the rule."""
+    """(the primitives the kernel has no entry rule for, why the kernel does not run the right-hand side:
+    empty where it does). Loops are unrolled (:func:`ukjax._entrywise.unrolling_loops`) where their trip
+    counts are known while tracing; a right-hand side above :data:`MAX_ENTRY_OPERATIONS` is refused, its
+    loops named as without a rule."""
     unruled = _entrywise.unruled_primitives(closed, unroll_loops=True)
     if unruled:
-        return unruled, "which the fused kernel cannot evaluate entry by entry"
+        return unruled, f"the right-hand side holds {sorted(unruled)}, which the fused kernel {_NO_RULE}"
     size = _entrywise.entry_operations(closed)
+    if size <= MAX_ENTRY_OPERATIONS:
+        return set(), ""
     loops = _entrywise.unruled_primitives(closed)
-    if loops and size > MAX_ENTRY_OPERATIONS:
-        return loops, (f"whose unrolled right-hand side would hold ~{size} operations on entries, above the "
-                       f"fused kernel's {MAX_ENTRY_OPERATIONS} (its compile time)")  # fmt: skip
-    return set(), ""
+    unrolled = f" holds {sorted(loops)}, whose unrolled right-hand side" if loops else ""
+    return loops, (f"the right-hand side{unrolled} would hold ~{size} operations on entries, above the fused "
+                   f"kernel's {MAX_ENTRY_OPERATIONS} (its compile time)")  # fmt: skip
 
 
 __all__ = [
@@ -472,6 +489,7 @@ __all__ = [
     "reason_not_applicable",
     "is_explicit_runge_kutta",
     "unruled_primitives",
+    "refusal",
     "lowered_for_cuda",
     "DEFAULT_TILE",
     "NUM_WARPS",

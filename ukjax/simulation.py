@@ -709,9 +709,7 @@ def _fused_steps(engine, system, config, numbers, q0, qd0, params) -> tuple[int,
     if reason is None:
         field, dynamic = _fused_field(system, config, numbers)
         q, qd, p = jax.tree_util.tree_map(lambda x: x[0], (q0, qd0, params))
-        unruled = fused.unruled_primitives(field, (q, qd), (p, dynamic))
-        if unruled:
-            reason = f"its right-hand side holds {sorted(unruled)}, which have no entry rules"
+        reason = fused.refusal(field, (q, qd), (p, dynamic))
     if reason is None:
         return fused.save_grid(numbers.ts, numbers.t0, numbers.dt)
     if engine == "fused":
