@@ -22,6 +22,19 @@ from ukjax.studies.tune_ur5 import HOME as UR5_HOME
 HOMES = {"ur5": UR5_HOME, "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)}
 
 
+def final_states(system, params, t1: float, dt: float, **options):
+    """``(q0, qd0) -> q(t1)`` of a batch by :func:`ukjax.simulate_batch` with RK4 fixed steps of ``dt`` and
+    the final state saved alone (``ts=[t1]``: times known on the host, so the fused engine may take it);
+    ``options`` go to ``simulate_batch`` (``engine``, ``bucket``)."""
+    import ukjax
+
+    def final(q0, qd0):
+        options_ = dict(t1=t1, ts=[t1], dt=dt, solver=ukjax.RK4(), **options)
+        return ukjax.simulate_batch(system, q0, qd0, params, **options_).q[:, -1]
+
+    return final
+
+
 def robot_states(robot, home, count: int, seed: int, dtype=None):
     """``count`` initial states of a loaded robot about ``home`` (NumPy's generator ``seed``): each hinge
     uniform in ±1 rad and its rate in ±1 rad/s, each slide (the Panda's fingers) in ±1 cm and ±1 cm/s."""

@@ -157,8 +157,8 @@ def _without_entrywise(thunk):
 
     original = simulation._batched_state_derivative
 
-    def plain(system, config, numbers, **options):
-        return original(system, dataclasses.replace(config, entrywise_min_batch=None), numbers, **options)
+    def plain(system, config, numbers):
+        return original(system, dataclasses.replace(config, entrywise_min_batch=None), numbers)
 
     simulation._batched_state_derivative = plain
     try:

@@ -1,8 +1,8 @@
 """Which models the fused kernel runs on a GPU, at what rate, compiled in how long, equal to the XLA engine
 to what: the loaded UR5 and Panda, the 8-link chain through the kinematic tree, the five-bar.
 
-Each model is integrated by RK4 with a fixed step (``--steps`` steps of ``--dt``, saves [0, t1]) through
-``simulate_batch(..., engine="fused")`` (ukjax.fused: one Pallas kernel per save interval) and, as the
+Each model is integrated by RK4 with a fixed step (``--steps`` steps of ``--dt``, the final state saved)
+through ``simulate_batch(..., engine="fused")`` (ukjax.fused: one Pallas kernel per save interval) and, as the
 baseline in the same run, ``engine="xla"``. Rows (one JSON object per line, appended to ``rows.jsonl`` as
 each is measured, so that a run killed at its limit keeps what it measured):
 
@@ -69,25 +69,6 @@ def _model(name: str, dtype):
     return robot.system(loops=False), cast(robot.params), states
 
 
-def _program(system, params, engine: str, t1: float, dt: float):
-    import jax
-
-    import ukjax
-
-    def final(q0, qd0):
-        sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[0.0, t1], dt=dt, solver=ukjax.RK4(),
-                                   engine=engine)  # fmt: skip
-        return sol.q[:, -1]
-
-    return jax.jit(final)
-
-
-def _compiled(program, q0, qd0):
-    start = time.perf_counter()
-    compiled = program.lower(q0, qd0).compile()
-    return compiled, time.perf_counter() - start
-
-
 def _timed(compiled, q0, qd0, repeats: int):
     best, out = float("inf"), None
     for _ in range(repeats):
@@ -117,7 +98,8 @@ def main(argv=None) -> int:
 
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from _common import machine_info
+    from _common import final_states, machine_info
+    from scaling import compile_jit
 
     from ukjax import fused
 
@@ -152,7 +134,8 @@ def main(argv=None) -> int:
                 engines = ["fused"] + (["xla"] if args.xla_rates else [])
                 fused_final = None
                 for engine in engines:
-                    compiled, compile_s = _compiled(_program(system, params, engine, t1, args.dt), q0, qd0)
+                    program = final_states(system, params, t1, args.dt, engine=engine)
+                    compiled, compile_s = compile_jit(program, q0, qd0)
                     final, run_s = _timed(compiled, q0, qd0, args.repeats)
                     final = np.asarray(final)
                     fused_final = final if engine == "fused" else fused_final
@@ -162,8 +145,8 @@ def main(argv=None) -> int:
                             "finite_fraction": float(np.mean(np.isfinite(final).all(axis=1)))})  # fmt: skip
                 if dtype_name == "float64":
                     count = min(args.check, args.batch)
-                    xla, compile_s = _compiled(_program(system, params, "xla", t1, args.dt), q0[:count],
-                                               qd0[:count])  # fmt: skip
+                    xla_final = final_states(system, params, t1, args.dt, engine="xla")
+                    xla, compile_s = compile_jit(xla_final, q0[:count], qd0[:count])
                     reference = np.asarray(xla(q0[:count], qd0[:count]))
                     record({**base, "kind": "equality", "scenarios": count,
                             "xla_compile_s": round(compile_s, 3),

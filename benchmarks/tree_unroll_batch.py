@@ -38,8 +38,9 @@ from ukjax import multibody
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HOMES, RunMeter, robot_states, write_results  # noqa: E402
+from _common import HOMES, RunMeter, final_states, robot_states, write_results  # noqa: E402
 from robot_step_cpu import ur5_path  # noqa: E402
+from scaling import compile_jit  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "tree-unroll-batch-cpu.json"
 _SHIPPED_SCAN, _SHIPPED_CONTEXT = multibody._scan_per_platform, multibody.unrolled_recursions
@@ -85,15 +86,6 @@ def _model(name: str, batch: int):
     return system, robot.params, q0, qd0
 
 
-def _final_state(system, params, t1: float, dt: float):
-    def final(q0, qd0):
-        sol = ukjax.simulate_batch(system, q0, qd0, params, t1=t1, ts=[t1], dt=dt, solver=ukjax.RK4(),
-                                   bucket=False)  # fmt: skip
-        return sol.q[:, -1]
-
-    return jax.jit(final)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="ur5,ur5_constrained,chain4,chain8")
@@ -110,9 +102,7 @@ def main(argv=None) -> int:
         for how in ("loop", "unrolled"):
             jax.clear_caches()
             with _recursions(how):
-                run = _final_state(system, params, t1, dt)
-                start = time.perf_counter()
-                programs[how] = (run.lower(q0, qd0).compile(), time.perf_counter() - start)
+                programs[how] = compile_jit(final_states(system, params, t1, dt, bucket=False), q0, qd0)
         times, finals = {how: [] for how in programs}, {}
         for _ in range(args.rounds):
             for how, (compiled, _) in programs.items():

@@ -398,8 +398,8 @@ def save_grid(ts, t0, dt) -> tuple[int, int] | None:
     if first is None or every is None or (ts.size > 1 and every < 1):
         return None
     grid = t0 + (first + np.arange(ts.size) * every) * dt
-    tol = max(1e-12, ulps)
-    on_grid = np.allclose(ts, grid, rtol=tol, atol=tol * max(1.0, abs(float(ts[-1]))))
+    grid_tol = max(1e-12, ulps)
+    on_grid = np.allclose(ts, grid, rtol=grid_tol, atol=grid_tol * max(1.0, abs(float(ts[-1]))))
     return (first, every) if on_grid else None
 
 

@@ -356,7 +356,7 @@ class Robot(eqx.Module):
         frames = [frame for spec in specs if spec[0] != "joint" for frame in spec[2:4]]
 
         def phi(q, t, p):
-            poses = iter(self._poses(frames, q, p)) if frames else iter(())
+            poses = iter(self._poses(frames, q, p))
             rows = []
             for spec in specs:
                 kind = spec[0]
@@ -373,8 +373,7 @@ class Robot(eqx.Module):
                     rows.append(position)
                     continue
                 E = R2.T @ R1 @ jnp.asarray(relative, R1.dtype)
-                rows.append(position)
-                rows.append(0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]]))
+                rows += [position, 0.5 * jnp.stack([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])]
             return jnp.concatenate(rows)
 
         return phi

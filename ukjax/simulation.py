@@ -143,15 +143,12 @@ def _state_derivative(system, config, numbers):
     return derivative
 
 
-def _batched_state_derivative(system, config, numbers, *, lockstep: bool = False):
-    """:func:`_state_derivative`, evaluated entry by entry under a batch's ``vmap`` where
-    ``config.entrywise_min_batch`` says so (:func:`_batched_by_entries`). ``lockstep``: the right-hand side
-    of a batch integrated as one solve (:func:`_solve_lockstep`); for a system without constraints it is
-    traced with a kinematic tree's recursions unrolled (:func:`ukjax.multibody.unrolled_recursions`: faster
-    for a batch of an unconstrained serial chain on the CPU, as they are on a GPU anyway; one scenario's
-    solve keeps the CPU's loops)."""
-    derivative = _batched_by_entries(system, config, numbers)
-    if not lockstep or system.constraints or system.servo_constraints:
+def _with_unrolled_recursions(system, derivative):
+    """``derivative`` traced with a kinematic tree's recursions unrolled
+    (:func:`ukjax.multibody.unrolled_recursions`) for a system without constraints: faster for a batch of an
+    unconstrained serial chain on the CPU, as they are on a GPU anyway (:func:`_solve_lockstep`; one
+    scenario's solve keeps the CPU's loops); ``derivative`` itself otherwise."""
+    if system.constraints or system.servo_constraints:
         return derivative
 
     def unrolled(t, y, p):
@@ -161,7 +158,7 @@ def _batched_state_derivative(system, config, numbers, *, lockstep: bool = False
     return unrolled
 
 
-def _batched_by_entries(system, config, numbers):
+def _batched_state_derivative(system, config, numbers):
     """:func:`_state_derivative`, evaluated entry by entry under the batch's ``vmap``
     (:func:`ukjax._entrywise.batched_by_entries`: same values up to the order of sums) where
     ``config.entrywise_min_batch`` says so (:data:`ukjax.options.ENTRYWISE_MAX_N`,
@@ -338,7 +335,7 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
     Its status is ``nonfinite_state`` either way; its ``num_steps`` are the batch's."""
     with _runtime_checks_as_nan(not config.throw):
         start_bad = jax.vmap(_start_bad)(q0, qd0, params)
-        derivative = _batched_state_derivative(system, config, numbers, lockstep=True)
+        derivative = _with_unrolled_recursions(system, _batched_state_derivative(system, config, numbers))
         motion = jax.vmap(derivative, in_axes=(None, 0, 0))
         vector_field = _field(motion, start_bad)
         sol = _diffeqsolve(system, config, numbers, vector_field, (q0, qd0), params, None, batched=True)
