@@ -31,14 +31,17 @@ HERE = Path(__file__).resolve().parent
 CONTENDERS = {"fusion_emitters": "--xla_cpu_use_fusion_emitters=true", "elemental_emitters": ""}
 
 
-def run_demo(flags: str) -> dict:
-    """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and an empty cache; its timings."""
-    folder = Path(tempfile.mkdtemp(prefix="ukjax-demo-bench-"))
+def run_demo(flags: str, folder: Path | None = None, **env_extra: str) -> dict:
+    """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and the caches in ``folder`` (a new,
+    empty one by default; a folder of an earlier run to measure a second run), ``env_extra`` in its
+    environment; its timings."""
+    folder = Path(tempfile.mkdtemp(prefix="ukjax-demo-bench-")) if folder is None else folder
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
-    env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"))
+    env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"), **env_extra)
     tic = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "ukjax.cli", "demo", "--out", str(folder / "out"), "--no-progress"],
+        [sys.executable, "-m", "ukjax.cli", "demo", "--out", str(folder / "out"), "--no-progress",
+         "--overwrite"],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     wall = time.perf_counter() - tic

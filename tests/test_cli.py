@@ -135,28 +135,12 @@ def test_console_entry_point_exit_code():
     assert "unknown study" in result.stderr
 
 
+DEMO_SMALL = ["--scenarios", "8", "--duration", "0.2", "--dt", "0.01", "--saves", "11", "--solver", "bosh3"]
+
+
 def test_demo_writes_metrics_and_figures(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert (
-        main(
-            [
-                "demo",
-                "--scenarios",
-                "8",
-                "--duration",
-                "0.2",
-                "--dt",
-                "0.01",
-                "--saves",
-                "11",
-                "--solver",
-                "bosh3",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(["demo", *DEMO_SMALL, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for phase in ("[1/3] compiling", "[2/3] integrating", "[3/3] post-processing", "scenarios/s"):
         assert phase in printed
@@ -190,6 +174,25 @@ def test_demo_writes_metrics_and_figures(tmp_path, capsys):
     # = 0) does not let that grow: every path error stays within 10 cm, far below the 0.45 m reach (Bosh3 at
     # 10 ms: h|λ| = 0.1 for the double Baumgarte root -10, well inside its stability region).
     assert 1e-4 < metrics["path_error_m"]["peak"]["max"] < 0.1
+
+
+def test_a_second_demo_reads_its_program_instead_of_tracing_it(tmp_path, capsys):
+    """With a compilation cache on (the suite's), a second ``ukjax demo`` with the same options reads its
+    traced chunk program from the program cache (ukjax._programs) and reports the same numbers (which
+    options make another program: tests/test_programs.py)."""
+    from ukjax._programs import READ, TRACED, program_folder
+
+    runs = {}
+    for name in ("first", "second"):
+        args = [*DEMO_SMALL, "--paper-comparison", "0", "--out", str(tmp_path / name)]
+        assert main(["demo", *args]) == 0
+        runs[name] = (capsys.readouterr().out, json.loads((tmp_path / name / "metrics.json").read_text()))
+    if program_folder() is None:  # UKJAX_SUITE_CACHE=off: no cache, every run traced
+        assert all(f"({TRACED})" in printed for printed, _ in runs.values())
+        return
+    assert f"({READ})" in runs["second"][0]
+    assert runs["second"][1]["path_error_m"] == runs["first"][1]["path_error_m"]
+    assert runs["second"][1]["phi_norm"] == runs["first"][1]["phi_norm"]
 
 
 def test_demo_refuses_an_unknown_solver(capsys, tmp_path):

@@ -54,6 +54,12 @@ DESCRIPTION = (
 
 TAIL = 0.8  # the "tail" statistics cover t >= TAIL * t1
 PAPER_DEFAULTS = {"--duration": "Xu & Liu 2017, eq. 40: one turn of the helix, 2π/ω with ω = 0.4π rad/s"}
+NOT_IN_PROGRAM = frozenset(
+    {"command", "out", "overwrite", "no_progress", "no_cache", "paper_comparison", "scenarios", "seed",
+     "spread", "angle_noise", "alpha", "beta"}
+)  # fmt: skip
+"""The demo's options that do not change its chunk program (output, display, or only the arrays' values): the
+others are part of its key in the program cache (ukjax._programs)."""
 PAPER_GAINS = {"alpha": 0.5, "beta": 200.0}  # Xu & Liu 2017, eq. 52-54: the comparison run
 
 
@@ -250,9 +256,9 @@ def _paper_comparison(compiled, piece, count: int, ts) -> dict | None:
         return None
     q0s, qd0s, batch = piece
     batch = dict(batch, **{k: jnp.full_like(batch[k], v) for k, v in PAPER_GAINS.items()})
-    sol = jax.block_until_ready(compiled(q0s, qd0s, batch))
-    path_error = np.asarray(jax.jit(jax.vmap(_path_error, in_axes=(None, 0, 0)))(ts, sol.q, batch))[:count]
-    status = np.asarray(sol.status)[:count]
+    found = jax.block_until_ready(compiled(q0s, qd0s, batch))
+    path_error = np.asarray(found["path_error"])[:count]
+    status = np.asarray(found["status"])[:count]
     tail = np.asarray(ts) >= TAIL * ts[-1]
     return {
         "alpha": PAPER_GAINS["alpha"], "beta": PAPER_GAINS["beta"], "source": "Xu & Liu 2017, eq. 52-54",
@@ -267,6 +273,7 @@ def _paper_comparison(compiled, piece, count: int, ts) -> dict | None:
 def run(args) -> dict:
     """Run the demo of ``args`` (see :func:`add_arguments`): print a summary, write files, return metrics."""
     import ukjax
+    from ukjax._programs import compiled_program
     from ukjax.models import scara
     from ukjax.options import bucket_of
     from ukjax.studies._common import prepare_output, write_json
@@ -299,9 +306,12 @@ def run(args) -> dict:
     system = scara.system()
 
     def integrate(q0s, qd0s, batch):
-        return ukjax.simulate_batch(
+        """One chunk: its status and what the summary and figures need (one program, post-processing in)."""
+        sol = ukjax.simulate_batch(
             system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt, solver=solver,
         )  # fmt: skip
+        path_error, phi_norm, paths = _postprocess(ts, sol.q, sol.position_residual, batch)
+        return {"status": sol.status, "path_error": path_error, "phi_norm": phi_norm, "paths": paths}
 
     # A chunk of at most --chunk scenarios, a batch bucket (ukjax.options.bucket_of) when fewer: 100 and 120
     # scenarios run the program of 128 (one compilation, or one entry of the persistent cache, for both).
@@ -322,10 +332,11 @@ def run(args) -> dict:
         f"{count} compiled call(s) of {chunk} scenarios",
         flush=True,
     )
-    tic = _phase(1, "compiling (a second run reads it from the compilation cache)")
-    compiled = jax.jit(integrate).lower(*pieces[0]).compile()
+    tic = _phase(1, "compiling (a second run reads it from the caches)")
+    options = {"args": {k: v for k, v in vars(args).items() if k not in NOT_IN_PROGRAM}, "chunk": chunk}
+    compiled, how = compiled_program("demo", integrate, pieces[0], options)
     compile_s = time.perf_counter() - tic
-    print(f"      compiled in {compile_s:.1f} s", flush=True)
+    print(f"      compiled in {compile_s:.1f} s ({how})", flush=True)
 
     tic = _phase(2, f"integrating {args.scenarios} scenarios x {steps} steps")
     from tqdm.auto import tqdm
@@ -348,11 +359,9 @@ def run(args) -> dict:
         )
 
     tic = _phase(3, "post-processing (violation statistics, figures, metrics.json)")
-    path_error, phi_norm, paths = (
-        np.asarray(x) for x in _postprocess(sol.ts[0], sol.q, sol.position_residual, batch)
-    )
+    path_error, phi_norm, paths = (np.asarray(sol[name]) for name in ("path_error", "phi_norm", "paths"))
     desired = np.asarray(jax.vmap(lambda t: scara.desired_trajectory(t, params))(ts))
-    status = np.asarray(sol.status)
+    status = np.asarray(sol["status"])
     # Statistics cover every scenario that ran to t1 (success, or constraint_violated: the constraints did not
     # settle to constraint_rtol, which the statistics then show); the status counts are reported beside them.
     completed = (int(ukjax.RESULTS.success), int(ukjax.RESULTS.constraint_violated))
