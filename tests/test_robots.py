@@ -26,6 +26,7 @@ import pytest
 
 import ukjax
 from ukjax import robots
+from ukjax.constraints import Baumgarte, Holonomic
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -204,6 +205,35 @@ def test_weld_and_joint_equality_match_kkt():
         Jdot_qd = np.concatenate([(DP1 - DP2) @ qd, (DR1 - DR2) @ qd, [-2 * c2 * qd[0] ** 2]])
         expected = kkt_acceleration(model, data, J, Jdot_qd)
         assert relative_error(acceleration(q, qd, 0.0, robot.params), expected) < RTOL
+
+
+def test_point_kinematics_equalities_equal_automatic_differentiation():
+    """On trees of hinges and slides, connect and joint equalities take A and the velocity product from the
+    tree's point kinematics (robots._PointEqualities, Tree.point_motion); a weld keeps automatic
+    differentiation. Both forms of the same φ, Baumgarte-stabilized, agree to 1e-12 (relative to the
+    largest entry; both exact) at random states: the four-bar's connect, weld.xml's joint equality
+    (q_a2 = c1 q_a1 + c2 q_a1²) on its own, and the three loops of Jansen's leg in one constraint."""
+    from ukjax.studies import jansen
+
+    stabilized = Baumgarte(lambda p: (3.0, 5.0))
+    weld_robot = loaded("weld.xml")[0]
+    cases = [(loaded("four_bar.xml")[0], loaded("four_bar.xml")[0].loop_constraint(stabilized)),
+             (weld_robot, weld_robot.equality_constraints(stabilized)[1]),
+             (robots.load(jansen.MODEL_FILE), None)]  # fmt: skip
+    assert type(weld_robot.loop_constraint()) is Holonomic  # a weld: automatic differentiation
+    for robot, constraint in cases:
+        constraint = constraint or robot.loop_constraint(stabilized)
+        assert type(constraint).__name__ == "_PointEqualities"
+        reference = Holonomic(phi=constraint.phi, baumgarte=constraint.baumgarte, name=constraint.name)
+
+        def forms(q, qd, constraint=constraint, reference=reference, params=robot.params):
+            return [(c.second_order(q, qd, 0.0, params), c.velocity(q, qd, 0.0, params))
+                    for c in (constraint, reference)]  # fmt: skip
+
+        for q, qd in random_states(robot, 3, seed=11):
+            ours, theirs = jax.jit(forms)(jnp.asarray(q), jnp.asarray(qd))
+            for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+                assert relative_error(a, b) < 1e-12
 
 
 def test_equality_residuals_match_mujoco():

@@ -523,8 +523,9 @@ def _start_values_traced(system, q0, qd0, t0, params):
         ("servo constraint", system.servo_constraints),
     ):
         for constraint in constraints:
-            label = f"{group} {constraint.name!r} ({type(constraint).__name__})"
-            signature = signatures[type(constraint).__name__]
+            kind = next(c.__name__ for c in type(constraint).__mro__ if c.__name__ in signatures)
+            label = f"{group} {constraint.name!r} ({kind})"
+            signature = signatures[kind]
             for form in (constraint.second_order, constraint.residuals):
                 _call(label, signature, functools.partial(form, retract=system.retract), q0, qd0, t0, params)
             if hasattr(constraint, "phi"):

@@ -625,6 +625,70 @@ class Tree(eqx.Module):
         R, p = self.frames(q, bodies)
         return p[body] + _mm(R[body], jnp.asarray(local, p.dtype))
 
+    def point_motion(self, q, qd, bodies: Bodies, points):
+        """(x, J, J̇q̇) of points fixed on bodies, ``points`` = ((body, local (3,)), ...): world positions x
+        (k, 3), Jacobians J = ∂x/∂q (k, 3, n) and velocity products J̇q̇ (k, 3) (ẍ = J q̈ + J̇q̇), all from one
+        root-to-leaves pass over the world poses and velocities of the bodies. Trees of revolute and prismatic
+        joints only.
+
+        Joint i turns (or shifts) body i about (along) its world axis w_i = R_i a_i through the body's origin
+        p_i, so the column of joint k for a point x on a body of k's subtree is w_k × (x - p_k) (revolute) or
+        w_k (prismatic), zero elsewhere; with ẇ_k = ω_k × w_k (ω_k body k's angular velocity) its rate is
+        (ω_k × w_k) × (x - p_k) + w_k × (ẋ - ṗ_k), or ω_k × w_k, and J̇q̇ = Σ_k q̇_k d/dt column_k. Where
+        automatic differentiation pushes n tangents through the forward kinematics for J and a second-order
+        tangent for J̇q̇, this evaluates it once (Featherstone 2008, §4.6 and eq. 3.42 in world coordinates)."""
+        if not self._one_dof:
+            raise ValueError("point_motion: trees of revolute and prismatic joints only")
+        q = self._checked(q, bodies, qd)
+        E_J, E, r = self._joint_transforms(q, bodies)
+        dtype = E.dtype
+        qd = jnp.asarray(qd, dtype)
+        revolute_np = np.asarray([joint.kind == "revolute" for joint in self.joints])
+        axes = jnp.asarray(np.stack([joint.axis for joint in self.joints]), dtype)
+        turning = jnp.asarray(revolute_np, dtype) * qd  # the angular rate each joint adds
+        sliding = jnp.asarray(~revolute_np, dtype) * qd
+
+        def step(parent, x):
+            R_parent, p_parent, w_parent, v_parent = parent
+            E_i, r_i, a_i, turn_i, slide_i = x
+            R = _mm(R_parent, E_i.T)
+            offset = _mm(R_parent, r_i)
+            axis = _mm(R, a_i)
+            state = (R, p_parent + offset, w_parent + axis * turn_i,
+                     v_parent + _cross(w_parent, offset) + axis * slide_i)  # fmt: skip
+            return state, (*state, axis)
+
+        zero = jnp.zeros(3, dtype)
+        base = (jnp.eye(3, dtype=dtype), zero, zero, zero)
+        R, p, w, v, axis = map(_stacked, self._down(step, base, (E, r, axes, turning, sliding)))
+        spin = jax.vmap(_cross)(w, axis)  # ẇ_k = ω_k × w_k
+        x_all, J_all, rate_all = [], [], []
+        for body, local in points:
+            chain = np.asarray(self._ancestors(body))
+            x = p[body] + _mm(R[body], jnp.asarray(local, dtype))
+            xd = v[body] + _cross(w[body], x - p[body])
+            lever = x - p[chain]
+            turns = revolute_np[chain][:, None]
+            columns = jnp.where(turns, jax.vmap(_cross)(axis[chain], lever), axis[chain])
+            rates = jnp.where(
+                turns,
+                jax.vmap(_cross)(spin[chain], lever) + jax.vmap(_cross)(axis[chain], xd - v[chain]),
+                spin[chain],
+            )
+            J = jnp.zeros((3, self.nv), dtype).at[:, chain].set(columns.T)
+            x_all.append(x)
+            J_all.append(J)
+            rate_all.append(_mm(rates.T, qd[chain]))
+        return jnp.stack(x_all), jnp.stack(J_all), jnp.stack(rate_all)
+
+    def _ancestors(self, body: int) -> list[int]:
+        """Body ``body`` and its ancestors, root first."""
+        chain = []
+        while body >= 0:
+            chain.append(body)
+            body = self.parents[body]
+        return chain[::-1]
+
     # ------------------------------------------------------------------ dynamics
     def _inertias(self, bodies: Bodies):
         return jax.vmap(_spatial_inertia)(bodies.mass, bodies.com, bodies.inertia)

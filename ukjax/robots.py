@@ -336,19 +336,76 @@ class Robot(eqx.Module):
         return tuple(self._equality(spec, baumgarte) for spec in self._equalities)
 
     def _equality(self, spec, baumgarte) -> Holonomic:
-        return Holonomic(phi=self._equalities_phi((spec,)), baumgarte=baumgarte, name=spec[1])
+        return self._equalities_constraint((spec,), baumgarte, spec[1])
+
+    def _equalities_constraint(self, specs, baumgarte, name) -> Holonomic:
+        """The equality ``specs`` as one constraint: on a tree of revolute and prismatic joints with
+        ``connect`` and ``joint`` equalities only, A and the velocity product from the tree's point
+        kinematics (:class:`_PointEqualities`); by automatic differentiation of φ otherwise."""
+        phi = self._equalities_phi(specs)
+        if self.tree._one_dof and all(spec[0] in ("connect", "joint") for spec in specs):
+            motion = self._equalities_motion(specs)
+            return _PointEqualities(phi=phi, baumgarte=baumgarte, name=name, motion=motion)
+        return Holonomic(phi=phi, baumgarte=baumgarte, name=name)
+
+    def _equalities_motion(self, specs):
+        """``motion(q, q̇, p) -> (φ, A, J̇q̇)`` of ``connect`` and ``joint`` equality ``specs`` (their rows as
+        :meth:`_equalities_phi` stacks them): connect rows from :meth:`ukjax.multibody.Tree.point_motion`
+        of both anchors (one pass for all), joint rows φ = q₁ - P(q₂) from the polynomial's derivatives."""
+        points = []  # (body, anchor in the body frame) of every connect's two ends
+        for spec in specs:
+            if spec[0] == "connect":
+                _, _, frame1, frame2, anchor1, anchor2, _ = spec
+                for (body, R_fixed, p_fixed), anchor in ((frame1, anchor1), (frame2, anchor2)):
+                    points.append((body, np.asarray(p_fixed) + np.asarray(R_fixed) @ np.asarray(anchor)))
+        moving = [point for point in points if point[0] >= 0]
+        n = self.tree.nv
+
+        def motion(q, qd, p):
+            dtype = jnp.result_type(q, qd, p["offset"])
+            if moving:
+                x, J, rate = self.tree.point_motion(q, qd, self.bodies(p), moving)
+            found = iter(range(len(moving)))
+            ends = []
+            for body, local in points:  # a world-fixed anchor: constant, no Jacobian
+                if body >= 0:
+                    k = next(found)
+                    ends.append((x[k], J[k], rate[k]))
+                else:
+                    ends.append((jnp.asarray(local, dtype), jnp.zeros((3, n), dtype), jnp.zeros(3, dtype)))
+            ends = iter(ends)
+            rows = []
+            for spec in specs:
+                if spec[0] == "connect":
+                    (x1, J1, rate1), (x2, J2, rate2) = next(ends), next(ends)
+                    rows.append((x1 - x2, J1 - J2, rate1 - rate2))
+                    continue
+                _, _, j1, j2, coefficients = spec
+                row = jnp.zeros((1, n), dtype).at[0, j1].add(1.0)
+                if j2 < 0:
+                    rows.append((q[j1 : j1 + 1] - coefficients[0], row, jnp.zeros(1, dtype)))
+                    continue
+                s, sd = q[j2], qd[j2]
+                value = sum(c * s**k for k, c in enumerate(coefficients))
+                slope = sum(k * c * s ** (k - 1) for k, c in enumerate(coefficients) if k >= 1)
+                curvature = sum(k * (k - 1) * c * s ** (k - 2) for k, c in enumerate(coefficients) if k >= 2)
+                rows.append((q[j1 : j1 + 1] - value, row.at[0, j2].add(-slope), -(curvature * sd**2)[None]))
+            return tuple(jnp.concatenate(parts) for parts in zip(*rows, strict=True))
+
+        return motion
 
     def loop_constraint(self, baumgarte: Baumgarte | None = None) -> Holonomic | None:
         """Every :meth:`equality_constraints` row in one constraint (their rows in the same order; None
         without equalities), whose φ places all their frames from one forward-kinematics pass, so that A =
         ∂φ/∂q and the velocity product b come from one differentiated pass instead of one per equality.
-        :meth:`system` uses it: Jansen's leg (three ``connect`` loops), 1024 scenarios, RK4, 196 against
-        117 µs per step, compiled in 29 against 21 s, the same trajectories to 6e-16."""
+        :meth:`system` uses it. On a tree of hinges and slides its ``connect`` and ``joint`` rows take A and
+        the velocity product from the tree's point kinematics (:class:`_PointEqualities`): Jansen's leg
+        (three ``connect`` loops), RK4, 110 against 126 µs per step at 1024 scenarios and 541 against 667
+        µs for one, the same trajectories (``benchmarks/jansen_speed.py``)."""
         if not self._equalities:
             return None
         names = ", ".join(spec[1] for spec in self._equalities)
-        return Holonomic(phi=self._equalities_phi(self._equalities), baumgarte=baumgarte,
-                         name=f"equalities ({names})")  # fmt: skip
+        return self._equalities_constraint(self._equalities, baumgarte, f"equalities ({names})")
 
     def _equalities_phi(self, specs):
         """φ(q, t, p) of the equality ``specs`` stacked (the rows of :meth:`equality_constraints`), the frames
@@ -377,6 +434,29 @@ class Robot(eqx.Module):
             return jnp.concatenate(rows)
 
         return phi
+
+
+class _PointEqualities(Holonomic):
+    """Equality rows φ(q) = 0 of a tree of revolute and prismatic joints whose A = ∂φ/∂q and velocity
+    product φ̈|q̈=0 come from ``motion(q, q̇, p) -> (φ, A, J̇q̇)`` (:meth:`Robot._equalities_motion`: the tree's
+    point kinematics in one pass) instead of automatic differentiation of ``phi`` (which it equals, and which
+    a chart on a configuration manifold still differentiates): seed 002 Case I, b = -J̇q̇ - stabilization."""
+
+    motion: Callable[..., Any] = eqx.field(static=True, default=None)
+
+    def velocity(self, q, qd, t, p, retract=None):
+        if retract is not None:
+            return super().velocity(q, qd, t, p, retract)
+        return self.motion(q, qd, p)[1] @ qd
+
+    def second_order(self, q, qd, t, p, retract=None):
+        if retract is not None:
+            return super().second_order(q, qd, t, p, retract)
+        phi, A, rate = self.motion(q, qd, p)
+        b = -rate
+        if self.baumgarte is not None:
+            b = b - self.baumgarte.feedback(phi, A @ qd, p)
+        return A, b
 
 
 # ---------------------------------------------------------------------------------------------- loading
