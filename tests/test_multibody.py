@@ -531,10 +531,10 @@ def test_a_batch_of_an_unconstrained_chain_unrolls_its_recursions():
 @pytest.mark.parametrize("parents", [(-1, 0, 1, 2, 3), (-1, 0, 0, 2, 1)], ids=["chain", "branched"])
 def test_point_motion_equals_automatic_differentiation(parents):
     """Tree.point_motion's positions, Jacobians and velocity products (one pass, world axes and levers)
-    against Tree.point differentiated by JAX: J = ∂x/∂q by forward mode, J̇q̇ = d/dt (J q̇) at q̈ = 0 by a
-    nested JVP, on a chain (its recursions a scan) and a branched tree, revolute and prismatic joints along
-    skew axes with rotated joint frames, points on leaves, inner bodies and the root. Agreement to 1e-13
-    (both are exact; round-off of O(10) products of O(1) numbers)."""
+    against the points placed by Tree.frames and differentiated by JAX: J = ∂x/∂q by forward mode,
+    J̇q̇ = d/dt (J q̇) at q̈ = 0 by a nested JVP, on a chain (its recursions a scan) and a branched tree,
+    revolute and prismatic joints along skew axes with rotated joint frames, points on leaves, inner bodies
+    and the root. Agreement to 1e-13 (both are exact; round-off of O(10) products of O(1) numbers)."""
     rng = np.random.default_rng(7)
     joints = (multibody.revolute((0.0, 0.0, 1.0)), multibody.prismatic((1.0, 0.0, 0.0)),
               multibody.revolute((0.0, 0.6, 0.8)), multibody.revolute((1.0, 0.0, 0.0)),
@@ -547,13 +547,13 @@ def test_point_motion_equals_automatic_differentiation(parents):
                               rotation=jnp.asarray(rotation))  # fmt: skip
     points = [(4, rng.normal(size=3)), (2, rng.normal(size=3)), (1, rng.normal(size=3)), (0, np.zeros(3))]
 
-    def both(q, qd):
-        def reference(body, local):
-            position = lambda q_: tree.point(q_, bodies, body, local)  # noqa: E731
-            rate = jax.jvp(lambda q_: jax.jvp(position, (q_,), (qd,))[1], (q,), (qd,))[1]
-            return position(q), jax.jacfwd(position)(q), rate
+    def positions(q):  # every point from one forward-kinematics pass (Tree.frames)
+        R, p = tree.frames(q, bodies)
+        return jnp.stack([p[body] + R[body] @ jnp.asarray(local) for body, local in points])
 
-        expected = [jnp.stack(parts) for parts in zip(*(reference(*point) for point in points), strict=True)]
+    def both(q, qd):
+        rate = jax.jvp(lambda q_: jax.jvp(positions, (q_,), (qd,))[1], (q,), (qd,))[1]
+        expected = (positions(q), jax.jacfwd(positions)(q), rate)
         return tree.point_motion(q, qd, bodies, points), expected
 
     states = [jnp.asarray(rng.normal(size=(3, n))) for _ in range(2)]
