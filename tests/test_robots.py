@@ -16,6 +16,7 @@ offset, a fused tool, a body with two joints, armature, damping, tilted gravity,
 by ``connect``) and ``weld.xml`` (a six-joint body welded to an arm, plus a joint equality).
 """
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -234,6 +235,21 @@ def test_point_kinematics_equalities_equal_automatic_differentiation():
             ours, theirs = jax.jit(forms)(jnp.asarray(q), jnp.asarray(qd))
             for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
                 assert relative_error(a, b) < 1e-12
+
+
+def test_a_tree_with_as_many_constraint_rows_as_velocities_solves_with_its_dense_mass_matrix():
+    """With m ≥ n constraint rows the UK solve would apply M⁻¹ to n + 1 columns: the tree's M by CRBA and a
+    Cholesky serve it instead of n + 1 articulated-body sweeps (System._dense_mass_pays); with fewer rows
+    the articulated-body solve stays. Either way the same q̈ (1e-12 relative): the four-bar (n = 3, a
+    connect of 3 rows) and the same tree with one of its rows (q_rocker fixed)."""
+    robot, system, _ = loaded("four_bar.xml")
+    one_row = robot.system(loops=False, constraints=(Holonomic(lambda q, t, p: q[2:3]),))
+    for sys_, dense in ((system, True), (one_row, False)):
+        for q, qd in random_states(robot, 2, seed=5):
+            q, qd = jnp.asarray(q), jnp.asarray(qd)
+            assert bool(sys_._dense_mass_pays(q, qd, 0.0, robot.params)) is dense
+            reference = dataclasses.replace(sys_, mass_solve=None).motion(q, qd, 0.0, robot.params).qdd
+            assert relative_error(sys_.motion(q, qd, 0.0, robot.params).qdd, reference) < 1e-12
 
 
 def test_equality_residuals_match_mujoco():
