@@ -922,10 +922,12 @@ class Tree(eqx.Module):
         """The tree as a :class:`ukjax.System`: M by CRBA, Q = τ(q, q̇, t, p) - C(q, q̇) by RNEA, and M⁻¹ by
         the articulated-body algorithm (``System.mass_solve``), which :meth:`ukjax.System.motion` uses for
         the Cholesky forms of the UK equation (``method="ldl"`` or ``"cholesky"``) instead of forming and
-        factorizing M. There the free acceleration M⁻¹Q (with M⁻¹Aᵀ in the same sweeps) comes from one
-        articulated-body pass with velocities and gravity (Featherstone 2008, Table 7.1), not from the RNEA
-        (Table 5.1) followed by M⁻¹ (``mass_solve.given_force_solve``, which :class:`ukjax.System` uses only
-        while ``force`` and ``mass_solve`` are the ones built here).
+        factorizing M, unless the constraints have at least n rows (then M⁻¹ would be applied to n + 1
+        columns, and M and a Cholesky cost less: ``System._dense_mass_pays``). There the free acceleration
+        M⁻¹Q (with M⁻¹Aᵀ in the same sweeps) comes from one articulated-body pass with velocities and
+        gravity (Featherstone 2008, Table 7.1), not from the RNEA (Table 5.1) followed by M⁻¹
+        (``mass_solve.given_force_solve``, which :class:`ukjax.System` uses only while ``force`` and
+        ``mass_solve`` are the ones built here).
 
         ``bodies(p) -> Bodies`` and ``gravity(p) -> (3,)`` read the parameters; ``applied_force(q, qd, t, p)``
         gives joint forces/torques τ (nv,) (default none); the rest as for :class:`ukjax.System`. A tree with

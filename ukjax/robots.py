@@ -225,8 +225,9 @@ class Robot(eqx.Module):
         ``params["damping"]`` (MuJoCo's joint damping) and C the bias force by RNEA. Where the loaded model
         has armature (``robot.params["armature"]`` not all zero), M is the tree's mass matrix plus
         ``diag(params["armature"])``, factorized by Cholesky; otherwise M is the tree's alone and M⁻¹ is
-        applied by the articulated-body algorithm (O(n)), so an armature set in ``params`` for a model
-        loaded without one is not used: add it to the file.
+        applied by the articulated-body algorithm (O(n); with at least as many constraint rows as
+        velocities, M by CRBA and a Cholesky instead: ``System._dense_mass_pays``), so an armature
+        set in ``params`` for a model loaded without one is not used: add it to the file.
 
         The System carries the joint ranges as data (``coordinate_ranges``, :attr:`coordinate_ranges`); they
         are not enforced: check a solution with :meth:`joint_range_violations`.
