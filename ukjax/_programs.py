@@ -113,8 +113,9 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
     from jax.experimental import serialize_executable
 
     folder = program_folder() if folder is None else Path(folder)
+    compile_ = lambda: jax.jit(fn).lower(*args).compile()  # noqa: E731
     if folder is None:
-        return jax.jit(fn).lower(*args).compile(), TRACED
+        return compile_(), TRACED
     path = folder / f"{name}-{program_key(name, options, args)}.xla"
     if path.exists():
         try:
@@ -122,7 +123,7 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
             return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), READ
         except Exception:  # a partial or foreign file: trace again and replace it
             path.unlink(missing_ok=True)
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = compile_()
     try:
         blob = pickle.dumps(serialize_executable.serialize(compiled))
     except Exception:  # an executable or output tree that does not serialize: used, not kept

@@ -42,6 +42,7 @@ joint references (``ref``, a nonzero ``qpos0``) are refused. Ball and free joint
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -387,9 +388,7 @@ class Robot(eqx.Module):
                     rows.append((q[j1 : j1 + 1] - coefficients[0], row, jnp.zeros(1, dtype)))
                     continue
                 s, sd = q[j2], qd[j2]
-                value = sum(c * s**k for k, c in enumerate(coefficients))
-                slope = sum(k * c * s ** (k - 1) for k, c in enumerate(coefficients) if k >= 1)
-                curvature = sum(k * (k - 1) * c * s ** (k - 2) for k, c in enumerate(coefficients) if k >= 2)
+                value, slope, curvature = (_polynomial(coefficients, s, d) for d in range(3))
                 rows.append((q[j1 : j1 + 1] - value, row.at[0, j2].add(-slope), -(curvature * sd**2)[None]))
             return tuple(jnp.concatenate(parts) for parts in zip(*rows, strict=True))
 
@@ -420,8 +419,7 @@ class Robot(eqx.Module):
                 kind = spec[0]
                 if kind == "joint":
                     _, _, j1, j2, coefficients = spec
-                    powers = enumerate(coefficients)
-                    polynomial = coefficients[0] if j2 < 0 else sum(c * q[j2] ** k for k, c in powers)
+                    polynomial = coefficients[0] if j2 < 0 else _polynomial(coefficients, q[j2])
                     rows.append(q[j1 : j1 + 1] - polynomial)
                     continue
                 _, _, _, _, anchor1, anchor2, relative = spec
@@ -435,6 +433,15 @@ class Robot(eqx.Module):
             return jnp.concatenate(rows)
 
         return phi
+
+
+def _polynomial(coefficients, s, derivative: int = 0):
+    """The ``derivative``-th derivative of P(s) = Σ c_k s^k (a ``joint`` equality's polynomial)."""
+    total = 0.0
+    for k, c in enumerate(coefficients):
+        if k >= derivative:
+            total = total + math.perm(k, derivative) * c * s ** (k - derivative)
+    return total
 
 
 class _PointEqualities(Holonomic):
