@@ -26,7 +26,14 @@ from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX
 # starts its CPU backend, so set before any test runs; subprocesses (the command line, the GPU suite's smoke
 # run) inherit it. Only where JAX can start the CPU's backend alone: the CUDA plugin aborts the process on
 # this CPU flag (ukjax._config.faster_cpu_compilation, which the suite's switch is, says more).
-SUITE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+# And each program's machine code generated in one piece (--xla_cpu_parallel_codegen_split_count=1): XLA:CPU
+# otherwise splits a program's LLVM module into parts compiled on parallel threads, which costs CPU (the
+# demo's 256-scenario chunk program: 4.5 CPU-s in one piece against 5.6 split, 4.7 against 6.8 s of wall on
+# one core) that the other worker would use, since the two workers keep both cores busy. Pairs of the
+# suite's modules, same tree, interleaved (load 1.3-3.2): entrywise + multibody 121 against 129 s wall (214
+# against 230 user CPU-s), linalg + sweep 105 against 110 s (193 against 199); within one worker's module
+# alone at the end of the run it is slower (simulation + multibody, imbalanced: 122 against 114 s).
+SUITE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
 if _cpu_only_process():
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 

@@ -1,8 +1,8 @@
-"""The suite compiles with XLA:CPU's legacy emitters (``conftest.SUITE_XLA_FLAGS``, for compile time); users
-run JAX's default configuration. This checks that the two give the same numbers on the paths every workflow
-goes through: a batch of SCARA simulations (default solver, method and chunking, with the diagnostics at the
-saved times) and a forward-mode gradient through it, in a subprocess with the default configuration against
-this process."""
+"""The suite compiles with XLA:CPU's legacy emitters, each program's machine code in one piece
+(``conftest.SUITE_XLA_FLAGS``, for compile time); users run JAX's default configuration. This checks that the
+two give the same numbers on the paths every workflow goes through: a batch of SCARA simulations (default
+solver, method and chunking, with the diagnostics at the saved times) and a forward-mode gradient through it,
+in a subprocess with the default configuration against this process."""
 
 import json
 import os
