@@ -510,6 +510,39 @@ def test_cholesky_and_cho_solve(n):
     np.testing.assert_allclose(jnp.sum(grad * dM), fd, rtol=1e-7)
 
 
+
+def test_looped_factorizations_are_loops_on_the_cpu_only_and_give_the_same_values():
+    """Under looped_factorizations the small factorizations (n ≤ 8) are the fori_loop code on the CPU and
+    the unrolled code in a program lowered for a GPU (no while loop in the CUDA lowering); the same values
+    as unrolled (NumPy reference: L to 1e-13, solves and the reflexive inverse to 1e-12 at condition ~10),
+    their derivatives too. Without it, unrolled on every platform (no loop on the CPU)."""
+    M = random_spd(jax.random.PRNGKey(40), 5, cond=10.0)
+    B = random_normal(jax.random.PRNGKey(41), (5, 2))
+
+    def everything(M, B):
+        L = cholesky(M)
+        return L, cho_solve(L, B), linalg.solve_lower(L, B), linalg.solve_lower_t(L, B), linalg.psd_ginv(M)
+
+    loss = lambda M: sum(jnp.sum(x**2) for x in everything(M, B)[1:])  # noqa: E731
+    results = {}
+    for looped in (False, True):
+        with linalg.looped_factorizations(looped):
+            assert linalg.factorizations_looped() is looped
+            program = jax.jit(lambda M, B: (everything(M, B), jax.grad(loss)(M)))
+            cpu = program.lower(M, B).compile().as_text()
+            assert (" while(" in cpu) is looped
+            cuda = jax.export.export(program, platforms=["cuda"])(M, B).mlir_module()
+            assert "stablehlo.while" not in cuda
+            results[looped] = program(M, B)
+    assert linalg.factorizations_looped() is False
+    L, X, Y, Z, G = results[True][0]
+    Mn, Bn = np.asarray(M), np.asarray(B)
+    assert_tree_allclose(L, np.linalg.cholesky(Mn), rtol=0, atol=1e-13)
+    for got, expected in ((X, np.linalg.solve(Mn, Bn)), (Y, np.linalg.solve(L, Bn)),
+                          (Z, np.linalg.solve(np.asarray(L).T, Bn)), (G, np.linalg.inv(Mn))):  # fmt: skip
+        assert_tree_allclose(got, expected, rtol=0, atol=1e-12)
+    assert_tree_allclose(results[True], results[False], rtol=1e-12, atol=1e-12)
+
 # (a shape, b shape): matrix-matrix, matrix-vector, vector-matrix, vector-vector, one dim above unroll size
 MATMUL_SHAPES = [((4, 3), (3, 4)), ((3, 4), (4,)), ((4,), (4, 2)), ((3,), (3,)), ((9, 2), (2, 3))]
 

@@ -18,7 +18,8 @@ from helpers import (
 )
 from scipy.integrate import solve_ivp
 
-from ukjax import simulation
+import ukjax
+from ukjax import linalg, options, simulation
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
 from ukjax.simulation import RESULTS, SimulationError, simulate, simulate_batch
 from ukjax.system import System
@@ -147,6 +148,42 @@ def test_chunked_batch_equals_one_vmap_and_chunk_size_is_checked():
         with pytest.raises(ValueError, match="chunk_size"):
             simulate_batch(PENDULUM, q0s, qd0s, params, batch_params=True, chunk_size=bad, **FIXED)
 
+
+
+def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_the_cpu(monkeypatch):
+    """What each program traces (ukjax.linalg.looped_factorizations), read inside the model's mass function
+    while tracing, nothing compiled: on the CPU one scenario and a vmap below the entrywise threshold trace
+    their right-hand side and diagnostics with loops (faster there: the measurements are in the docstring of
+    looped_factorizations); a batch evaluated entry by entry traces everything unrolled; where loops do not
+    pay (a GPU: options._loops_pay), nothing is looped. The values are the same up to round-off
+    (test_linalg; test_entrywise's single-against-batch check runs both forms)."""
+    seen = []
+
+    def mass(q, t, p):
+        seen.append(linalg.factorizations_looped())
+        return PENDULUM.mass(q, t, p)
+
+    system = System(mass=mass, force=PENDULUM.force, n=2, constraints=PENDULUM.constraints)
+    p = pendulum_params()
+    q0, qd0 = pendulum_state(1.0, 0.0, 0.8)
+    run = dict(t1=0.1, dt=0.01, solver=ukjax.RK4())
+
+    def traced(count):
+        jax.clear_caches()  # the model's functions are traced once per program, then read from JAX's caches
+        seen.clear()
+        if count is None:
+            jax.jit(lambda q, qd: simulate(system, q, qd, p, **run).q).trace(q0, qd0)
+        else:
+            Q0, QD0 = jnp.tile(q0, (count, 1)), jnp.tile(qd0, (count, 1))
+            jax.jit(lambda q, qd: simulate_batch(system, q, qd, p, **run).q).trace(Q0, QD0)
+        assert seen
+        return set(seen)
+
+    assert jax.default_backend() == "cpu"
+    assert traced(None) == {True} and traced(4) == {True}
+    assert traced(options.ENTRYWISE_MIN_BATCH) == {False}
+    monkeypatch.setattr(simulation, "_loops_pay", lambda: False)
+    assert traced(None) == {False} and traced(4) == {False}
 
 # ---------------------------------------------------------------------- gradients
 def _final_score(p):

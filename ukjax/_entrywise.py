@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ukjax._shared import interpret
+from ukjax.linalg import looped_factorizations
 
 _ELEMENTWISE = frozenset(
     """abs acos acosh add add_any and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type copy
@@ -941,7 +942,10 @@ def _by_entries(f, min_batch: int, fenced: bool = False, jvp: bool = False):
 
     @by_entries.def_vmap
     def _rule(axis_size, in_batched, *args):
-        traced = _trace(f, args, in_batched) if axis_size >= min_batch else None
+        traced = None
+        if axis_size >= min_batch:
+            with looped_factorizations(False):  # scalar code, which fuses across the batch entry by entry
+                traced = _trace(f, args, in_batched)
         if traced is not None and not unruled_primitives(traced.closed.jaxpr):
             out = _evaluate(traced, fenced)
         else:

@@ -53,7 +53,14 @@ from ukjax._checks import CONSISTENCY_RTOL, constraint_consistency
 from ukjax._validation import coordinate_indices
 from ukjax.constraints import AccelerationLevel, Holonomic, Nonholonomic, _time_argument
 from ukjax.dynamics import uk_acceleration
-from ukjax.linalg import _rank_or_minus_one, as_real_array, as_real_arrays, pinv
+from ukjax.linalg import (
+    _rank_or_minus_one,
+    as_real_array,
+    as_real_arrays,
+    factorizations_looped,
+    looped_factorizations,
+    pinv,
+)
 
 
 class ServoEquation(eqx.Module):
@@ -293,13 +300,20 @@ def closed_loop_acceleration(
     factorization of the non-finite matrices.
     """
     system.check_state(q, qd)
-    return _closed_loop_acceleration(system, q, qd, _time_argument(t, q), p, s, method, rtol)
+    return _closed_loop_acceleration(
+        system, q, qd, _time_argument(t, q), p, s, method, rtol, factorizations_looped()
+    )
 
 
 @eqx.filter_jit
-def _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol) -> ClosedLoop:
+def _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol, looped: bool) -> ClosedLoop:
     """:func:`closed_loop_acceleration` as one program per system, shapes and options: traced once and
-    reused by every caller (see :meth:`ukjax.System.motion`)."""
+    reused by every caller (see :meth:`ukjax.System.motion`; ``looped`` as there)."""
+    with looped_factorizations(looped):
+        return _closed_loop(system, q, qd, t, p, s, method, rtol)
+
+
+def _closed_loop(system, q, qd, t, p, s, method, rtol) -> ClosedLoop:
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
     u = constraint_following_control(eq.D, eq.r, _null_vector(s, q, qd, t, p), rtol=rtol)
     qdd = eq.qdd_passive + eq.response @ u

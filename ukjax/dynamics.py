@@ -80,6 +80,7 @@ raises ``ValueError``.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 
 import equinox as eqx
@@ -96,7 +97,9 @@ from ukjax.linalg import (
     check_rtol,
     cho_solve,
     cholesky,
+    factorizations_looped,
     gram,
+    looped_factorizations,
     materialize,
     pinv,
     promote_floats,
@@ -437,7 +440,23 @@ def _reference_terms(M, Q, A, b, c, method, rtol):
     return qdd + S_inv @ z_free, ideal, S @ z_free
 
 
-@functools.partial(jax.jit, static_argnames=("where", "method", "check"))
+def _keyed_on_looping(fn):
+    """fn with a keyword-only ``looped``, traced inside :func:`ukjax.linalg.looped_factorizations` of it:
+    a jitted form keyed on whether its small factorizations are loops, which :func:`_checked` passes."""
+
+    def traced(*args, looped, **kwargs):
+        with looped_factorizations(looped):
+            return fn(*args, **kwargs)
+
+    signature = inspect.signature(fn)
+    looped = inspect.Parameter("looped", inspect.Parameter.KEYWORD_ONLY)
+    traced.__signature__ = signature.replace(parameters=[*signature.parameters.values(), looped])
+    traced.__name__, traced.__qualname__, traced.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return traced
+
+
+@functools.partial(jax.jit, static_argnames=("where", "method", "check", "looped"))
+@_keyed_on_looping
 def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
     if check:
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
@@ -455,6 +474,7 @@ def _checked(program, *args, check, **static):
     Under ``jax.jit`` the XLA runtime wraps equinox's error in ``JaxRuntimeError: INTERNAL: CpuCallback
     error ...``; the message of :func:`ukjax._checks.raise_if_invalid` is recovered from it.
     """
+    static["looped"] = factorizations_looped()  # part of the key: it changes the trace
     if not check:
         return program(*args, check=False, **static)
     try:
@@ -549,7 +569,8 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
     return _checked(_kkt, M, Q, A, b, rtol, check=bool(check))
 
 
-@functools.partial(jax.jit, static_argnames=("check",))
+@functools.partial(jax.jit, static_argnames=("check", "looped"))
+@_keyed_on_looping
 def _kkt(M, Q, A, b, rtol, *, check):
     if check:
         M = raise_if_invalid("kkt_acceleration", M, Q, A, b, mass="semidefinite", A=A, rtol=rtol)
@@ -587,7 +608,8 @@ def singular_mass_acceleration(
     return _checked(_singular_mass, M, Q, A, b, c, rtol, form=form, method=method, check=bool(check))
 
 
-@functools.partial(jax.jit, static_argnames=("form", "method", "check"))
+@functools.partial(jax.jit, static_argnames=("form", "method", "check", "looped"))
+@_keyed_on_looping
 def _singular_mass(M, Q, A, b, c, rtol, *, form, method, check):
     if check:
         M = raise_if_invalid("singular_mass_acceleration", M, Q, A, b, c, mass="semidefinite", A=A, rtol=rtol)
@@ -675,7 +697,8 @@ def _real_block(where, k, block):
                  for i, x in enumerate(items))
 
 
-@functools.partial(jax.jit, static_argnames=("covariance_update", "check"))
+@functools.partial(jax.jit, static_argnames=("covariance_update", "check", "looped"))
+@_keyed_on_looping
 def _recursive(M, Q, As, bs, Rs, rtol, *, covariance_update, check):
     if check:
         noises = [R_k for R_k in Rs if R_k is not None]

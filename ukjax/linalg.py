@@ -26,7 +26,9 @@ step).
 :func:`cholesky` and :func:`cho_solve` are the exception: for n ≤ 8 they are unrolled into scalar
 operations, which fuse into one elementwise kernel across the batch (Cholesky + solve 4.7x faster than
 batched LAPACK at n = 4, 2x at n = 8; at n = 12 only 1.3x for 25x the compile time, slower at 16); above
-n = 8 they are ``fori_loop`` code like the other factorizations (not LAPACK: see below).
+n = 8 they are ``fori_loop`` code like the other factorizations (not LAPACK: see below). Under
+:func:`looped_factorizations` the small ones are ``fori_loop`` code too: what a single scenario and a
+``vmap`` below the entrywise threshold run on the CPU (:func:`ukjax.simulate`, :func:`ukjax.simulate_batch`).
 
 Rank decision: a singular value (``"svd"``), a pivot |R_jj| of the column-pivoted QR (``"householder"``,
 ``"mgs"``, ``"varga"``) or Greville's ‖c_i‖ / (1 + ‖d_i‖) not larger than ``rtol`` times the largest one (σ₁,
@@ -91,6 +93,8 @@ did not hang in 6 and 3 runs of the reproduction, but only the LAPACK-free metho
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import jax
@@ -101,6 +105,49 @@ PINV_METHODS = ("svd", "greville", "householder", "mgs", "varga")
 
 # Above this size cholesky/cho_solve call LAPACK instead of unrolled scalar code (see the module docstring).
 _UNROLL_MAX = 8
+_LOOPED = contextvars.ContextVar("ukjax_small_factorizations_looped", default=False)
+
+
+@contextlib.contextmanager
+def looped_factorizations(looped: bool = True):
+    """Trace :func:`cholesky`, :func:`cho_solve`, :func:`solve_lower`, :func:`solve_lower_t` and
+    :func:`psd_ginv` of n ≤ 8 as their ``fori_loop`` over columns (the code they run above n = 8) instead of
+    unrolled scalar operations (``looped=False``: unrolled, the default).
+
+    The unrolled form fuses into one elementwise kernel across a large batch, which is what the entrywise
+    right-hand side of :func:`ukjax.simulate_batch` evaluates; for one scenario, or a ``vmap`` below the
+    entrywise threshold, its hundreds of scalar operations become hundreds of tiny kernels, each dispatched on
+    its own by XLA:CPU. Measured (2-core CPU, RK4 at 1 ms, µs per step per scenario, looped against unrolled):
+    Jansen's leg (n = 7, 10 constraint rows) one :func:`ukjax.simulate` 242 against 869, ``simulate_batch``
+    of 1 257 against 463, of 16 57 against 91, of 256 (entrywise) 39 against 35; the SCARA (n = 4) 14 against
+    17, 7.5 against 12, 5.4 against 6.6, 4.1 against 3.1. So :func:`ukjax.simulate` and the ``vmap`` program
+    of :func:`ukjax.simulate_batch` trace their right-hand side and diagnostics inside this on the CPU, the
+    entrywise evaluation outside it (``ukjax.options._loops_pay``); a GPU keeps straight-line code (a loop
+    inside the right-hand side costs kernel launches at every trip there). Same values up to the order of
+    floating-point operations. Jitted callers that trace these functions key their programs on
+    :func:`factorizations_looped`."""
+    token = _LOOPED.set(bool(looped))
+    try:
+        yield
+    finally:
+        _LOOPED.reset(token)
+
+
+def factorizations_looped() -> bool:
+    """Whether :func:`looped_factorizations` is in effect."""
+    return _LOOPED.get()
+
+
+def _by_size(n: int, program, *args):
+    """``program(unrolled)(*args)``: unrolled for n ≤ 8; under :func:`looped_factorizations` the loop on the
+    CPU and the unrolled code on every other platform, chosen when the program is lowered
+    (``jax.lax.platform_dependent``, as :func:`ukjax.multibody._scan_per_platform` chooses), so that a
+    program exported for a GPU from a CPU machine holds no loop."""
+    if n > _UNROLL_MAX or not _LOOPED.get():
+        return program(n <= _UNROLL_MAX)(*args)
+    return jax.lax.platform_dependent(*args, cpu=program(False), default=program(True))
+
+
 # Largest dimension for which small_matmul unrolls the product (measured: see small_matmul).
 SMALL_MATMUL_MAX = 8
 # From this size on the unrolled psd_ginv reads G from its own buffer (materialize): each of the m sweeps'
@@ -757,7 +804,8 @@ def cholesky(M):
     """Lower-triangular L with M = L Lᵀ for symmetric positive-definite M (n x n).
 
     Reads (M + Mᵀ)/2, like ``jnp.linalg.cholesky``. For n ≤ 8 the algorithm is unrolled into scalar
-    operations that fuse across ``vmap``; larger n run a ``fori_loop`` over columns. Neither calls LAPACK:
+    operations that fuse across ``vmap``; larger n, and any n under :func:`looped_factorizations`, run a
+    ``fori_loop`` over columns. Neither calls LAPACK:
     jaxlib 0.10's batched LAPACK kernels (``lapack_dpotrf_ffi`` and the others) split a ``vmap`` batch over
     XLA:CPU's intra-op thread pool and block a pool thread until the pieces finish
     (``jax::ParallelBatchMap`` → ``absl::BlockingCounter::Wait``); when the thunk executor runs as many
@@ -774,7 +822,7 @@ def cholesky(M):
     M = _check_matrix(M, "cholesky", square=True, arg="M")
     if M.shape[0] == 0:
         return M
-    return _cholesky(M, M.shape[0] <= _UNROLL_MAX)
+    return _by_size(M.shape[0], lambda unrolled: functools.partial(_cholesky, unrolled=unrolled), M)
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -797,7 +845,8 @@ def cho_solve(L, B):
                          f"got {B.shape}")
     if n == 0:
         return B.astype(jnp.result_type(L, B))
-    return _cho_solve(L, B.astype(jnp.result_type(L, B)), n <= _UNROLL_MAX)
+    B = B.astype(jnp.result_type(L, B))
+    return _by_size(n, lambda unrolled: functools.partial(_cho_solve, unrolled=unrolled), L, B)
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -821,17 +870,21 @@ def solve_lower(L, B):
     """L⁻¹B for the Cholesky factor L of :func:`cholesky` (forward substitution; B is (n,) or (n, k)):
     half of :func:`cho_solve`, unrolled for n ≤ 8, a ``fori_loop`` above, no LAPACK call."""
     L, B = _triangular_rhs(L, B, "solve_lower")
-    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, False)
+    return B if L.shape[0] == 0 else _by_size(L.shape[0], _substitution_program(False), L, B)
 
 
 def solve_lower_t(L, B):
     """L⁻ᵀB for the Cholesky factor L of :func:`cholesky` (back substitution; B is (n,) or (n, k)):
     ``cho_solve(L, B) = solve_lower_t(L, solve_lower(L, B))``."""
     L, B = _triangular_rhs(L, B, "solve_lower_t")
-    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, True)
+    return B if L.shape[0] == 0 else _by_size(L.shape[0], _substitution_program(True), L, B)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
+def _substitution_program(transposed):
+    return lambda unrolled: functools.partial(_substitution, unrolled=unrolled, transposed=transposed)
+
+
+@functools.partial(jax.jit, static_argnames=("unrolled", "transposed"))
 def _substitution(L, B, unrolled, transposed):
     """L⁻¹B (forward substitution) or, ``transposed``, L⁻ᵀB (back substitution)."""
     n = L.shape[0]
@@ -1022,7 +1075,8 @@ def psd_ginv(G, rtol=None):
     check_rtol(rtol, "psd_ginv")
     if G.size == 0:
         return G
-    return _psd_ginv_program(G, jax.lax.stop_gradient(_rtol_array(rtol, G)), G.shape[0] <= _UNROLL_MAX)
+    program = lambda unrolled: functools.partial(_psd_ginv_program, unrolled=unrolled)  # noqa: E731
+    return _by_size(G.shape[0], program, G, jax.lax.stop_gradient(_rtol_array(rtol, G)))
 
 
 def psd_pinv(G, rtol=None):

@@ -110,6 +110,14 @@ def _entrywise_pays() -> bool:
     return jax.default_backend() == "cpu"
 
 
+def _loops_pay() -> bool:
+    """Whether one scenario's right-hand side, and a ``vmap`` of it below the entrywise threshold, trace the
+    small factorizations as loops (:func:`ukjax.linalg.looped_factorizations`, where the measurements are):
+    on the CPU, where each of the unrolled form's tiny kernels is dispatched on its own; not on a GPU, where
+    a loop inside the right-hand side costs kernel launches at every trip."""
+    return jax.default_backend() == "cpu"
+
+
 class _Config(eqx.Module):
     """Everything that changes the compiled program; hashable, so jit caches one program per configuration."""
 

@@ -66,10 +66,11 @@ from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RT
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_RTOL as DEFAULT_CONSTRAINT_RTOL
 from ukjax.diagnostics import _diagnostics, _status
+from ukjax.linalg import looped_factorizations
 from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax.options import _arguments, _pinv_rtol, bucket_size, vmap_size
+from ukjax.options import _arguments, _loops_pay, _pinv_rtol, bucket_size, vmap_size
 from ukjax.options import _chunk_size as _chunk_size
 from ukjax.options import _Config as _Config
 from ukjax.options import _Numbers as _Numbers
@@ -408,11 +409,22 @@ def _finished(system, config, numbers, q0, params, q, qd, result, start_bad, num
 
 @eqx.filter_jit
 def _simulate_one(system, config, numbers, q0, qd0, params):
-    return _solve(system, config, numbers, q0, qd0, params)
+    with looped_factorizations(_loops_pay()):
+        return _solve(system, config, numbers, q0, qd0, params)
 
 
 @eqx.filter_jit
 def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
+    # the small factorizations as loops on the CPU for a batch below the entrywise threshold; a batch
+    # evaluated entry by entry keeps them unrolled everywhere (its diagnostics too: one form per program)
+    entrywise = config.entrywise_min_batch is not None and (
+        vmap_size(q0.shape[0], chunk_size) >= config.entrywise_min_batch
+    )
+    with looped_factorizations(_loops_pay() and not entrywise):
+        return _simulate_many_traced(system, config, numbers, q0, qd0, params, chunk_size)
+
+
+def _simulate_many_traced(system, config, numbers, q0, qd0, params, chunk_size):
     batch = q0.shape[0]
     chunked = chunk_size is not None and chunk_size < batch
     if chunked:  # the entrywise values behind a fence: faster there, not in one piece (batched_by_entries)

@@ -55,7 +55,15 @@ from ukjax.constraints import (
     second_order_blocks,
     stack_blocks,
 )
-from ukjax.linalg import PINV_METHODS, cho_solve, cholesky, pinv, psd_pinv
+from ukjax.linalg import (
+    PINV_METHODS,
+    cho_solve,
+    cholesky,
+    factorizations_looped,
+    looped_factorizations,
+    pinv,
+    psd_pinv,
+)
 
 SOLVERS = ("uk", "recursive", "falco", "phohomsiri")
 
@@ -613,7 +621,7 @@ class System(eqx.Module):
         from ukjax.multibody import recursions_unrolled
 
         return _compiled_motion(self, q, qd, _time_argument(t, q), p, method, solver, rtol, force,
-                                recursions_unrolled())  # fmt: skip
+                                recursions_unrolled(), factorizations_looped())  # fmt: skip
 
     def _motion(self, q, qd, t, p, method, solver, rtol, force) -> Motion:
         uses_mass_solve = (self.mass_solve is not None and solver == "uk" and method in dynamics.GRAM_METHODS
@@ -1051,13 +1059,16 @@ def compose(
 
 
 @eqx.filter_jit
-def _compiled_motion(system, q, qd, t, p, method, solver, rtol, force, unrolled: bool) -> Motion:
+def _compiled_motion(
+    system, q, qd, t, p, method, solver, rtol, force, unrolled: bool, looped: bool
+) -> Motion:
     """:meth:`System.motion` as one program per system, shapes and options. Inside a traced function it is
     a nested jit: JAX traces it once and reuses the trace (and its derivatives' traces) at every call with
     the same system and shapes, and XLA inlines it, so the compiled code is that of the inlined solve.
-    ``unrolled``: a kinematic tree's recursions unrolled (:func:`ukjax.multibody.unrolled_recursions`),
-    part of the program's key as it changes the trace."""
+    ``unrolled``: a kinematic tree's recursions unrolled (:func:`ukjax.multibody.unrolled_recursions`);
+    ``looped``: the small factorizations as loops (:func:`ukjax.linalg.looped_factorizations`); both part of
+    the program's key as they change the trace."""
     from ukjax.multibody import unrolled_recursions
 
-    with unrolled_recursions(unrolled):
+    with unrolled_recursions(unrolled), looped_factorizations(looped):
         return system._motion(q, qd, t, p, method, solver, rtol, force)
