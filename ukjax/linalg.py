@@ -110,22 +110,26 @@ _LOOPED = contextvars.ContextVar("ukjax_small_factorizations_looped", default=Fa
 
 @contextlib.contextmanager
 def looped_factorizations(looped: bool = True):
-    """Trace :func:`cholesky`, :func:`cho_solve`, :func:`solve_lower`, :func:`solve_lower_t` and
-    :func:`psd_ginv` of n ≤ 8 as their ``fori_loop`` over columns (the code they run above n = 8) instead of
-    unrolled scalar operations (``looped=False``: unrolled, the default).
+    """Trace :func:`cholesky`, :func:`cho_solve` and :func:`psd_ginv` of n ≤ 8 as their ``fori_loop`` over
+    columns (the code they run above n = 8) instead of unrolled scalar operations (``looped=False``:
+    unrolled, the default). :func:`solve_lower` and :func:`solve_lower_t` stay unrolled: with their loops, an
+    eager ``jax.grad`` of a ``vmap`` of ``simulate`` failed to lower (jax 0.10.2: a nested jit's operand in
+    transposed layout, an MLIR verifier error); without them the speed is nearly the same (Jansen's leg,
+    one scenario, 190 against 174 µs per step).
 
     The unrolled form fuses into one elementwise kernel across a large batch, which is what the entrywise
     right-hand side of :func:`ukjax.simulate_batch` evaluates; for one scenario, or a ``vmap`` below the
     entrywise threshold, its hundreds of scalar operations become hundreds of tiny kernels, each dispatched on
-    its own by XLA:CPU. Measured (2-core CPU, RK4 at 1 ms, µs per step per scenario, looped against unrolled):
-    Jansen's leg (n = 7, 10 constraint rows) one :func:`ukjax.simulate` 242 against 869, ``simulate_batch``
-    of 1 257 against 463, of 16 57 against 91, of 256 (entrywise) 39 against 35; the SCARA (n = 4) 14 against
-    17, 7.5 against 12, 5.4 against 6.6, 4.1 against 3.1. So :func:`ukjax.simulate` and the ``vmap`` program
-    of :func:`ukjax.simulate_batch` trace their right-hand side and diagnostics inside this on the CPU, the
-    entrywise evaluation outside it (``ukjax.options._loops_pay``); a GPU keeps straight-line code (a loop
-    inside the right-hand side costs kernel launches at every trip there). Same values up to the order of
-    floating-point operations. Jitted callers that trace these functions key their programs on
-    :func:`factorizations_looped`."""
+    its own by XLA:CPU. Measured (``benchmarks/looped_factorizations.py``, 2-core CPU, RK4 at 1 ms, µs per
+    step per scenario, looped against unrolled): Jansen's leg (n = 7, 10 constraint rows) one
+    :func:`ukjax.simulate` 164 against 405, ``simulate_batch`` of 1 233 against 618, of 16 59 against 78; the
+    SCARA (n = 4) 12.0 against 17.8, 11.7 against 18.8, 5.6 against 7.6; at 256 scenarios (entrywise) the
+    unrolled code is faster (Jansen 35 against 39, SCARA 3.1 against 4.1). So :func:`ukjax.simulate` and
+    the ``vmap`` program of :func:`ukjax.simulate_batch` trace their right-hand side and diagnostics inside
+    this on the CPU, the entrywise evaluation outside it (``ukjax.options._loops_pay``); a GPU keeps
+    straight-line code (a loop inside the right-hand side costs kernel launches at every trip there). Same
+    values up to the order of floating-point operations. Jitted callers that trace these functions key
+    their programs on :func:`factorizations_looped`."""
     token = _LOOPED.set(bool(looped))
     try:
         yield
@@ -870,21 +874,17 @@ def solve_lower(L, B):
     """L⁻¹B for the Cholesky factor L of :func:`cholesky` (forward substitution; B is (n,) or (n, k)):
     half of :func:`cho_solve`, unrolled for n ≤ 8, a ``fori_loop`` above, no LAPACK call."""
     L, B = _triangular_rhs(L, B, "solve_lower")
-    return B if L.shape[0] == 0 else _by_size(L.shape[0], _substitution_program(False), L, B)
+    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, False)
 
 
 def solve_lower_t(L, B):
     """L⁻ᵀB for the Cholesky factor L of :func:`cholesky` (back substitution; B is (n,) or (n, k)):
     ``cho_solve(L, B) = solve_lower_t(L, solve_lower(L, B))``."""
     L, B = _triangular_rhs(L, B, "solve_lower_t")
-    return B if L.shape[0] == 0 else _by_size(L.shape[0], _substitution_program(True), L, B)
+    return B if L.shape[0] == 0 else _substitution(L, B, L.shape[0] <= _UNROLL_MAX, True)
 
 
-def _substitution_program(transposed):
-    return lambda unrolled: functools.partial(_substitution, unrolled=unrolled, transposed=transposed)
-
-
-@functools.partial(jax.jit, static_argnames=("unrolled", "transposed"))
+@functools.partial(jax.jit, static_argnums=(2, 3))
 def _substitution(L, B, unrolled, transposed):
     """L⁻¹B (forward substitution) or, ``transposed``, L⁻ᵀB (back substitution)."""
     n = L.shape[0]
