@@ -10,7 +10,8 @@ round runs both; medians over rounds), RK4 at a fixed 1 ms step, float64:
 
 Models: Jansen's Strandbeest leg from its MJCF file (7 hinges, 3 connect loops and the crank drive: 10
 constraint rows of rank 7, ``ukjax.studies.jansen.leg_system``) and the SCARA of Xu & Liu 2017 (4
-coordinates, 2 constraint rows). Sizes: ``simulate`` of one scenario (``N = single``) and ``simulate_batch``
+coordinates, 2 constraint rows). Sizes: ``ukjax.step`` of one scenario in a ``lax.scan`` (``N = step``),
+``simulate`` of one scenario (``N = single``) and ``simulate_batch``
 of N = 1 and 16, below the entrywise threshold of 64 scenarios (from there on both contenders are the same
 unrolled program). Reported: µs per step per scenario, compile seconds, the largest difference of the final
 states between the contenders (round-off: same algorithm, other order of operations), ``uptime`` before and
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ukjax
-from ukjax import simulation
+from ukjax import simulation, stepping
 from ukjax.models import scara
 from ukjax.studies import jansen
 
@@ -62,6 +63,13 @@ def models(names):
 def program(system, p, q0, qd0, size):
     """(function, arguments): the final states after STEPS fixed RK4 steps of one scenario or a batch."""
     run = dict(t1=STEPS * DT, ts=jnp.array([STEPS * DT]), dt=DT, solver=ukjax.RK4(), max_steps=STEPS + 1)
+    if size == "step":  # ukjax.step in a lax.scan, as a user's model-predictive loop advances one scenario
+
+        def steps(q, qd):
+            advance = lambda state, _: (ukjax.step(system, state, p, DT, solver=ukjax.RK4()), None)  # noqa: E731
+            return jax.lax.scan(advance, ukjax.State(q, qd), None, length=STEPS)[0].q
+
+        return steps, (q0, qd0)
     if size == "single":
         return (lambda q, qd: ukjax.simulate(system, q, qd, p, **run).q[-1]), (q0, qd0)
     Q0, QD0 = jnp.tile(q0, (size, 1)), jnp.tile(qd0, (size, 1))
@@ -73,13 +81,13 @@ def compiled(fn, args, looped: bool):
     chosen = simulation._loops_pay
     jax.clear_caches()
     if not looped:
-        simulation._loops_pay = lambda: False
+        simulation._loops_pay = stepping._loops_pay = lambda: False
     try:
         tic = time.perf_counter()
         executable = jax.jit(fn).lower(*args).compile()
         return executable, time.perf_counter() - tic
     finally:
-        simulation._loops_pay = chosen
+        simulation._loops_pay = stepping._loops_pay = chosen
 
 
 def main(argv=None) -> int:
@@ -93,7 +101,7 @@ def main(argv=None) -> int:
     before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     rows = []
     for name, (system, p, q0, qd0) in models(names).items():
-        for size in ("single", 1, 16):
+        for size in ("step", "single", 1, 16):
             fn, fargs = program(system, p, q0, qd0, size)
             contenders = {c: compiled(fn, fargs, c == "looped") for c in ("looped", "unrolled")}
             finals = {c: np.asarray(exe(*fargs)) for c, (exe, _) in contenders.items()}
@@ -103,7 +111,7 @@ def main(argv=None) -> int:
                     tic = time.perf_counter()
                     jax.block_until_ready(exe(*fargs))
                     walls[c].append(time.perf_counter() - tic)
-            scenarios = 1 if size == "single" else size
+            scenarios = size if isinstance(size, int) else 1
             row = {"model": name, "N": size, "steps": STEPS, "dt": DT, "solver": "RK4", "rounds": rounds}
             for c in contenders:
                 row[c] = {

@@ -19,7 +19,7 @@ from helpers import (
 from scipy.integrate import solve_ivp
 
 import ukjax
-from ukjax import linalg, options, simulation
+from ukjax import linalg, options, simulation, stepping
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
 from ukjax.simulation import RESULTS, SimulationError, simulate, simulate_batch
 from ukjax.system import System
@@ -152,11 +152,11 @@ def test_chunked_batch_equals_one_vmap_and_chunk_size_is_checked():
 
 def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_the_cpu(monkeypatch):
     """What each program traces (ukjax.linalg.looped_factorizations), read inside the model's mass function
-    while tracing, nothing compiled: on the CPU one scenario and a vmap below the entrywise threshold trace
-    their right-hand side and diagnostics with loops (faster there: the measurements are in the docstring of
-    looped_factorizations); a batch evaluated entry by entry traces everything unrolled; where loops do not
-    pay (a GPU: options._loops_pay), nothing is looped. The values are the same up to round-off
-    (test_linalg; test_entrywise's single-against-batch check runs both forms)."""
+    while tracing, nothing compiled: on the CPU one scenario (simulate, step) and a vmap below the entrywise
+    threshold trace their right-hand side and diagnostics with loops (faster there: the measurements are in
+    the docstring of looped_factorizations); a batch evaluated entry by entry traces everything unrolled;
+    where loops do not pay (a GPU: options._loops_pay), nothing is looped. The values are the same up to
+    round-off (test_linalg; test_entrywise's single-against-batch check runs both forms)."""
     seen = []
 
     def mass(q, t, p):
@@ -171,7 +171,9 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
     def traced(count):
         jax.clear_caches()  # the model's functions are traced once per program, then read from JAX's caches
         seen.clear()
-        if count is None:
+        if count == "step":
+            jax.jit(lambda q, qd: ukjax.step(system, ukjax.State(q, qd), p, 0.01).q).trace(q0, qd0)
+        elif count is None:
             jax.jit(lambda q, qd: simulate(system, q, qd, p, **run).q).trace(q0, qd0)
         else:
             Q0, QD0 = jnp.tile(q0, (count, 1)), jnp.tile(qd0, (count, 1))
@@ -180,7 +182,7 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
         return set(seen)
 
     assert jax.default_backend() == "cpu"
-    assert traced(None) == {True} and traced(4) == {True}
+    assert traced(None) == {True} and traced(4) == {True} and traced("step") == {True}
     assert traced(options.ENTRYWISE_MIN_BATCH) == {False}
     # an eager reverse-mode gradient of a vmap of the looped program (it failed to lower with looped
     # triangular solves) equals the jitted one
@@ -192,7 +194,8 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
     loss = lambda p_: jnp.sum(finals(p_) ** 2)  # noqa: E731
     assert_tree_allclose(jax.grad(loss)(p), jax.jit(jax.grad(loss))(p), rtol=1e-12, atol=1e-14)
     monkeypatch.setattr(simulation, "_loops_pay", lambda: False)
-    assert traced(None) == {False} and traced(4) == {False}
+    monkeypatch.setattr(stepping, "_loops_pay", lambda: False)
+    assert traced(None) == {False} and traced(4) == {False} and traced("step") == {False}
 
 # ---------------------------------------------------------------------- gradients
 def _final_score(p):

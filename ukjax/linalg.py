@@ -122,9 +122,10 @@ def looped_factorizations(looped: bool = True):
     entrywise threshold, its hundreds of scalar operations become hundreds of tiny kernels, each dispatched on
     its own by XLA:CPU. Measured (``benchmarks/looped_factorizations.py``, 2-core CPU, RK4 at 1 ms, µs per
     step per scenario, looped against unrolled): Jansen's leg (n = 7, 10 constraint rows) one
-    :func:`ukjax.simulate` 164 against 405, ``simulate_batch`` of 1 233 against 618, of 16 59 against 78; the
-    SCARA (n = 4) 12.0 against 17.8, 11.7 against 18.8, 5.6 against 7.6; at 256 scenarios (entrywise) the
-    unrolled code is faster (Jansen 35 against 39, SCARA 3.1 against 4.1). So :func:`ukjax.simulate` and
+    :func:`ukjax.simulate` 198 against 428, :func:`ukjax.step` in a ``lax.scan`` 150 against 427,
+    ``simulate_batch`` of 1 175 against 454, of 16 62 against 77; the SCARA (n = 4) 11.2 against 16.9, 9.9
+    against 15.3, 10.8 against 16.7, 5.0 against 6.6; at 256 scenarios (entrywise) the unrolled code is
+    faster (Jansen 35 against 39, SCARA 3.1 against 4.1). So :func:`ukjax.simulate`, :func:`ukjax.step` and
     the ``vmap`` program of :func:`ukjax.simulate_batch` trace their right-hand side and diagnostics inside
     this on the CPU, the entrywise evaluation outside it (``ukjax.options._loops_pay``); a GPU keeps
     straight-line code (a loop inside the right-hand side costs kernel launches at every trip there). Same
