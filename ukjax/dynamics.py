@@ -80,7 +80,6 @@ raises ``ValueError``.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 
 import equinox as eqx
@@ -441,16 +440,13 @@ def _reference_terms(M, Q, A, b, c, method, rtol):
 
 
 def _keyed_on_looping(fn):
-    """fn with a keyword-only ``looped``, traced inside :func:`ukjax.linalg.looped_factorizations` of it:
-    a jitted form keyed on whether its small factorizations are loops, which :func:`_checked` passes."""
+    """fn with a keyword ``looped``, traced inside :func:`ukjax.linalg.looped_factorizations` of it: a
+    jitted form keyed on whether its small factorizations are loops, which :func:`_checked` passes."""
 
     def traced(*args, looped, **kwargs):
         with looped_factorizations(looped):
             return fn(*args, **kwargs)
 
-    signature = inspect.signature(fn)
-    looped = inspect.Parameter("looped", inspect.Parameter.KEYWORD_ONLY)
-    traced.__signature__ = signature.replace(parameters=[*signature.parameters.values(), looped])
     traced.__name__, traced.__qualname__, traced.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     return traced
 

@@ -93,13 +93,14 @@ did not hang in 6 and 3 runs of the reproduction, but only the LAPACK-free metho
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ukjax._settings import trace_setting
 
 PINV_METHODS = ("svd", "greville", "householder", "mgs", "varga")
 
@@ -108,7 +109,6 @@ _UNROLL_MAX = 8
 _LOOPED = contextvars.ContextVar("ukjax_small_factorizations_looped", default=False)
 
 
-@contextlib.contextmanager
 def looped_factorizations(looped: bool = True):
     """Trace :func:`cholesky`, :func:`cho_solve` and :func:`psd_ginv` of n ≤ 8 as their ``fori_loop`` over
     columns (the code they run above n = 8) instead of unrolled scalar operations (``looped=False``:
@@ -131,11 +131,7 @@ def looped_factorizations(looped: bool = True):
     straight-line code (a loop inside the right-hand side costs kernel launches at every trip there). Same
     values up to the order of floating-point operations. Jitted callers that trace these functions key
     their programs on :func:`factorizations_looped`."""
-    token = _LOOPED.set(bool(looped))
-    try:
-        yield
-    finally:
-        _LOOPED.reset(token)
+    return trace_setting(_LOOPED, bool(looped))
 
 
 def factorizations_looped() -> bool:
@@ -144,13 +140,14 @@ def factorizations_looped() -> bool:
 
 
 def _by_size(n: int, program, *args):
-    """``program(unrolled)(*args)``: unrolled for n ≤ 8; under :func:`looped_factorizations` the loop on the
-    CPU and the unrolled code on every other platform, chosen when the program is lowered
+    """``program(*args, unrolled=...)``: unrolled for n ≤ 8; under :func:`looped_factorizations` the loop
+    on the CPU and the unrolled code on every other platform, chosen when the program is lowered
     (``jax.lax.platform_dependent``, as :func:`ukjax.multibody._scan_per_platform` chooses), so that a
     program exported for a GPU from a CPU machine holds no loop."""
     if n > _UNROLL_MAX or not _LOOPED.get():
-        return program(n <= _UNROLL_MAX)(*args)
-    return jax.lax.platform_dependent(*args, cpu=program(False), default=program(True))
+        return program(*args, unrolled=n <= _UNROLL_MAX)
+    looped, unrolled = (functools.partial(program, unrolled=u) for u in (False, True))
+    return jax.lax.platform_dependent(*args, cpu=looped, default=unrolled)
 
 
 # Largest dimension for which small_matmul unrolls the product (measured: see small_matmul).
@@ -827,7 +824,7 @@ def cholesky(M):
     M = _check_matrix(M, "cholesky", square=True, arg="M")
     if M.shape[0] == 0:
         return M
-    return _by_size(M.shape[0], lambda unrolled: functools.partial(_cholesky, unrolled=unrolled), M)
+    return _by_size(M.shape[0], _cholesky, M)
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -851,7 +848,7 @@ def cho_solve(L, B):
     if n == 0:
         return B.astype(jnp.result_type(L, B))
     B = B.astype(jnp.result_type(L, B))
-    return _by_size(n, lambda unrolled: functools.partial(_cho_solve, unrolled=unrolled), L, B)
+    return _by_size(n, _cho_solve, L, B)
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -1076,8 +1073,7 @@ def psd_ginv(G, rtol=None):
     check_rtol(rtol, "psd_ginv")
     if G.size == 0:
         return G
-    program = lambda unrolled: functools.partial(_psd_ginv_program, unrolled=unrolled)  # noqa: E731
-    return _by_size(G.shape[0], program, G, jax.lax.stop_gradient(_rtol_array(rtol, G)))
+    return _by_size(G.shape[0], _psd_ginv_program, G, jax.lax.stop_gradient(_rtol_array(rtol, G)))
 
 
 def psd_pinv(G, rtol=None):

@@ -40,7 +40,6 @@ Not from a seed paper: the seeds write M and Q by hand or by Lagrange's equation
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 from collections.abc import Callable, Sequence
@@ -51,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ukjax._settings import trace_setting
 from ukjax.linalg import small_matmul as _mm
 from ukjax.linalg import sum_of_outer_products
 from ukjax.system import System
@@ -317,7 +317,6 @@ def _scanned(step, init, xs, reverse, unroll=1):
 _UNROLLED = contextvars.ContextVar("ukjax_tree_recursions_unrolled", default=False)
 
 
-@contextlib.contextmanager
 def unrolled_recursions(unrolled: bool = True):
     """Trace the recursions of serial one-DoF chains unrolled on every platform, the CPU included (see
     :func:`_scan_per_platform`; ``unrolled=False``: as the platform chooses). :func:`ukjax.simulate_batch`
@@ -326,11 +325,7 @@ def unrolled_recursions(unrolled: bool = True):
     it did not pay (the UR5 with one joint-space constraint as fast either way, pinned planar chains of 4-8
     links 1.2x slower). :meth:`ukjax.System.motion` keys its compiled program on this setting
     (:func:`recursions_unrolled`)."""
-    token = _UNROLLED.set(unrolled)
-    try:
-        yield
-    finally:
-        _UNROLLED.reset(token)
+    return trace_setting(_UNROLLED, unrolled)
 
 
 def recursions_unrolled() -> bool:
