@@ -4,8 +4,10 @@ elemental emitters (what ``ukjax demo`` sets, ``ukjax.faster_cpu_compilation``):
 Each run is the command a user types (``python3 -m ukjax.cli demo --out DIR --no-progress``, default
 options: 1024 SCARA scenarios of Xu & Liu 2017 in chunks of 256, Bosh3 at 5 ms for 5 s) in a fresh process
 with an empty compilation cache (``UKJAX_CACHE_DIR`` a new folder), contenders interleaved round by round:
-``fusion_emitters`` (``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true``, which the command then leaves alone)
-and ``elemental_emitters`` (``XLA_FLAGS`` unset: the command adds ``--xla_cpu_use_fusion_emitters=false``).
+``fusion_emitters`` (``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true``, which the command then leaves alone),
+``elemental_emitters`` (``XLA_FLAGS`` unset: the command adds ``--xla_cpu_use_fusion_emitters=false``; the
+command as users run it) and ``elemental_python_gc`` (the same with Python's own garbage-collector settings:
+the command without ``ukjax._config.fewer_garbage_collections``, as it ran before that).
 Recorded per run: the demo's ``metrics.json`` timings (compile: trace, lower and XLA-compile the chunk
 program; integrate: the four chunks; postprocess; total) and the process's wall time; per contender the
 medians; and the largest difference of the path-error statistics between the contenders (the same scenarios,
@@ -28,10 +30,19 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CONTENDERS = {"fusion_emitters": "--xla_cpu_use_fusion_emitters=true", "elemental_emitters": ""}
+CONTENDERS = {
+    "fusion_emitters": "--xla_cpu_use_fusion_emitters=true",
+    "elemental_emitters": "",
+    "elemental_python_gc": "",
+}
+PYTHON_GC = (
+    "import sys, ukjax._config as c; c.fewer_garbage_collections = lambda: None; "
+    "from ukjax.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+"""The ``ukjax`` command with Python's own garbage-collector settings (contender ``elemental_python_gc``)."""
 
 
-def run_demo(flags: str, folder: Path | None = None, **env_extra: str) -> dict:
+def run_demo(flags: str, folder: Path | None = None, python_gc: bool = False, **env_extra: str) -> dict:
     """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and the caches in ``folder`` (a new,
     empty one by default; a folder of an earlier run to measure a second run), ``env_extra`` in its
     environment; its timings."""
@@ -40,8 +51,8 @@ def run_demo(flags: str, folder: Path | None = None, **env_extra: str) -> dict:
     env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"), **env_extra)
     tic = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "ukjax.cli", "demo", "--out", str(folder / "out"), "--no-progress",
-         "--overwrite"],
+        [sys.executable, *(["-c", PYTHON_GC] if python_gc else ["-m", "ukjax.cli"]), "demo",
+         "--out", str(folder / "out"), "--no-progress", "--overwrite"],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     wall = time.perf_counter() - tic
@@ -69,7 +80,8 @@ def main(argv=None) -> None:
     for r in range(args.rounds):
         order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
         for name in order:
-            runs[name].append(run_demo(CONTENDERS[name]) | {"load": os.getloadavg()[0]})
+            run = run_demo(CONTENDERS[name], python_gc=name == "elemental_python_gc")
+            runs[name].append(run | {"load": os.getloadavg()[0]})
             row = runs[name][-1]
             print(f"round {r + 1} {name}: compile {row['compile_s']:.1f} s, integrate "
                   f"{row['integrate_s']:.2f} s, total {row['total_s']:.1f} s, process "
@@ -84,18 +96,22 @@ def main(argv=None) -> None:
         for a, b in zip(_numbers(errors[0]), _numbers(errors[1]), strict=True)
     )  # fmt: skip
     ratios = {k: medians["elemental_emitters"][k] / medians["fusion_emitters"][k] for k in keys}
+    gc_ratios = {k: medians["elemental_emitters"][k] / medians["elemental_python_gc"][k] for k in keys}
     print("elemental / fusion:", {k: round(v, 2) for k, v in ratios.items()})
+    print("fewer collections / Python's:", {k: round(v, 2) for k, v in gc_ratios.items()})
     write_results(
         args.out,
         {
             "description": "ukjax demo (default options: 1024 SCARA scenarios in chunks of 256, Bosh3, 5 ms, "
             "5 s) in fresh processes with an empty compilation cache: XLA:CPU fusion emitters vs legacy "
-            "elemental emitters; the demo's own timings, medians over interleaved rounds",
+            "elemental emitters, and the command with Python's own garbage-collector settings; the demo's "
+            "own timings, medians over interleaved rounds",
             "config": vars(args),
             "uptime_before": before,
             "uptime_after": uptime(),
             "medians": medians,
             "elemental_over_fusion": ratios,
+            "fewer_gc_over_python_gc": gc_ratios,
             "max_path_error_statistic_difference_m": difference,
             "runs": runs,
         },

@@ -310,6 +310,9 @@ def _dispatch(parser, run_parser, argv) -> int:
         from ukjax._config import enable_compilation_cache
 
         enable_compilation_cache()
+    from ukjax._config import fewer_garbage_collections
+
+    fewer_garbage_collections()
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
