@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CONTENDERS = {
-    "fusion_emitters": "--xla_cpu_use_fusion_emitters=true",
-    "elemental_emitters": "",
-    "elemental_python_gc": "",
+CONTENDERS = {  # name: (XLA_FLAGS, with Python's own garbage-collector settings)
+    "fusion_emitters": ("--xla_cpu_use_fusion_emitters=true", False),
+    "elemental_emitters": ("", False),
+    "elemental_python_gc": ("", True),
 }
 PYTHON_GC = (
     "import sys, ukjax._config as c; c.fewer_garbage_collections = lambda: None; "
@@ -80,8 +80,8 @@ def main(argv=None) -> None:
     for r in range(args.rounds):
         order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
         for name in order:
-            run = run_demo(CONTENDERS[name], python_gc=name == "elemental_python_gc")
-            runs[name].append(run | {"load": os.getloadavg()[0]})
+            flags, python_gc = CONTENDERS[name]
+            runs[name].append(run_demo(flags, python_gc=python_gc) | {"load": os.getloadavg()[0]})
             row = runs[name][-1]
             print(f"round {r + 1} {name}: compile {row['compile_s']:.1f} s, integrate "
                   f"{row['integrate_s']:.2f} s, total {row['total_s']:.1f} s, process "
@@ -95,8 +95,9 @@ def main(argv=None) -> None:
         abs(a - b)
         for a, b in zip(_numbers(errors[0]), _numbers(errors[1]), strict=True)
     )  # fmt: skip
-    ratios = {k: medians["elemental_emitters"][k] / medians["fusion_emitters"][k] for k in keys}
-    gc_ratios = {k: medians["elemental_emitters"][k] / medians["elemental_python_gc"][k] for k in keys}
+    over = lambda a, b: {k: medians[a][k] / medians[b][k] for k in keys}  # noqa: E731
+    ratios = over("elemental_emitters", "fusion_emitters")
+    gc_ratios = over("elemental_emitters", "elemental_python_gc")
     print("elemental / fusion:", {k: round(v, 2) for k, v in ratios.items()})
     print("fewer collections / Python's:", {k: round(v, 2) for k, v in gc_ratios.items()})
     write_results(

@@ -75,9 +75,7 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 # interleaved rounds: JAX's tracing 23.7 and 21.8 against 27.7 and 28.1 worker-s, lowering and XLA unchanged
 # (within the spread). ``UKJAX_SUITE_GC=default`` keeps Python's own behaviour.
 SUITE_GC = os.environ.get("UKJAX_SUITE_GC", "fewer")
-if SUITE_GC != "default":
-    import ukjax  # noqa: E402,F401  (frozen with the rest of what the suite imports)
-
+if SUITE_GC != "default":  # `import ukjax._config` above imported all of ukjax: frozen with the rest
     ukjax._config.fewer_garbage_collections()
 
 

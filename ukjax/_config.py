@@ -116,9 +116,9 @@ def fewer_garbage_collections() -> None:
     simulate and simulate_batch programs this took JAX's tracing from 3.2 to 2.6-2.8 s and its lowering from
     1.1 to 0.8-1.0 s (3 interleaved fresh processes); the test suite's tracing by ~18 %; the demo's first
     compile (1.5 s of tracing) did not change beyond the spread between runs
-    (``benchmarks/demo_first_result.py``: 6.0 against 5.9 s, medians of 4 rounds, load 1.0-1.3). Garbage without cycles is freed at once as always;
-    cycles are collected less often. For a program's own process (the ``ukjax`` command, the test suite): a
-    library never changes this on import."""
+    (``benchmarks/demo_first_result.py``: 6.0 against 5.9 s, medians of 4 rounds, load 1.0-1.3). Garbage
+    without cycles is freed at once as always; cycles are collected less often. For a program's own process
+    (the ``ukjax`` command, the test suite): a library never changes this on import."""
     import gc
 
     gc.collect()

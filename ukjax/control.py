@@ -58,7 +58,7 @@ from ukjax.linalg import (
     as_real_array,
     as_real_arrays,
     factorizations_looped,
-    looped_factorizations,
+    keyed_on_looping,
     pinv,
 )
 
@@ -301,19 +301,16 @@ def closed_loop_acceleration(
     """
     system.check_state(q, qd)
     return _closed_loop_acceleration(
-        system, q, qd, _time_argument(t, q), p, s, method, rtol, factorizations_looped()
+        system, q, qd, _time_argument(t, q), p, s, method, rtol, looped=factorizations_looped()
     )
 
 
 @eqx.filter_jit
-def _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol, looped: bool) -> ClosedLoop:
-    """:func:`closed_loop_acceleration` as one program per system, shapes and options: traced once and
-    reused by every caller (see :meth:`ukjax.System.motion`; ``looped`` as there)."""
-    with looped_factorizations(looped):
-        return _closed_loop(system, q, qd, t, p, s, method, rtol)
-
-
-def _closed_loop(system, q, qd, t, p, s, method, rtol) -> ClosedLoop:
+@keyed_on_looping
+def _closed_loop_acceleration(system, q, qd, t, p, s, method, rtol) -> ClosedLoop:
+    """:func:`closed_loop_acceleration` as one program per system, shapes, options and
+    :func:`ukjax.linalg.factorizations_looped`: traced once and reused by every caller (see
+    :meth:`ukjax.System.motion`)."""
     eq = servo_equation(system, q, qd, t, p, method=method, rtol=rtol)
     u = constraint_following_control(eq.D, eq.r, _null_vector(s, q, qd, t, p), rtol=rtol)
     qdd = eq.qdd_passive + eq.response @ u

@@ -98,7 +98,7 @@ from ukjax.linalg import (
     cholesky,
     factorizations_looped,
     gram,
-    looped_factorizations,
+    keyed_on_looping,
     materialize,
     pinv,
     promote_floats,
@@ -439,20 +439,8 @@ def _reference_terms(M, Q, A, b, c, method, rtol):
     return qdd + S_inv @ z_free, ideal, S @ z_free
 
 
-def _keyed_on_looping(fn):
-    """fn with a keyword ``looped``, traced inside :func:`ukjax.linalg.looped_factorizations` of it: a
-    jitted form keyed on whether its small factorizations are loops, which :func:`_checked` passes."""
-
-    def traced(*args, looped, **kwargs):
-        with looped_factorizations(looped):
-            return fn(*args, **kwargs)
-
-    traced.__name__, traced.__qualname__, traced.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    return traced
-
-
 @functools.partial(jax.jit, static_argnames=("where", "method", "check", "looped"))
-@_keyed_on_looping
+@keyed_on_looping
 def _uk_terms(M, Q, A, b, c, rtol, *, where, method, check):
     if check:
         M = raise_if_invalid(where, M, Q, A, b, c, mass="definite")
@@ -566,7 +554,7 @@ def kkt_acceleration(M, Q, A, b, *, rtol=None, check: bool = False):
 
 
 @functools.partial(jax.jit, static_argnames=("check", "looped"))
-@_keyed_on_looping
+@keyed_on_looping
 def _kkt(M, Q, A, b, rtol, *, check):
     if check:
         M = raise_if_invalid("kkt_acceleration", M, Q, A, b, mass="semidefinite", A=A, rtol=rtol)
@@ -605,7 +593,7 @@ def singular_mass_acceleration(
 
 
 @functools.partial(jax.jit, static_argnames=("form", "method", "check", "looped"))
-@_keyed_on_looping
+@keyed_on_looping
 def _singular_mass(M, Q, A, b, c, rtol, *, form, method, check):
     if check:
         M = raise_if_invalid("singular_mass_acceleration", M, Q, A, b, c, mass="semidefinite", A=A, rtol=rtol)
@@ -694,7 +682,7 @@ def _real_block(where, k, block):
 
 
 @functools.partial(jax.jit, static_argnames=("covariance_update", "check", "looped"))
-@_keyed_on_looping
+@keyed_on_looping
 def _recursive(M, Q, As, bs, Rs, rtol, *, covariance_update, check):
     if check:
         noises = [R_k for R_k in Rs if R_k is not None]

@@ -139,6 +139,19 @@ def factorizations_looped() -> bool:
     return _LOOPED.get()
 
 
+def keyed_on_looping(fn):
+    """fn with a keyword ``looped``, traced inside :func:`looped_factorizations` of it: wrapped in a jit
+    with ``looped`` static (a bool argument of ``eqx.filter_jit`` is static anyway), one program per
+    setting, which callers pass as :func:`factorizations_looped`."""
+
+    def traced(*args, looped, **kwargs):
+        with looped_factorizations(looped):
+            return fn(*args, **kwargs)
+
+    traced.__name__, traced.__qualname__, traced.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return traced
+
+
 def _by_size(n: int, program, *args):
     """``program(*args, unrolled=...)``: unrolled for n ≤ 8; under :func:`looped_factorizations` the loop
     on the CPU and the unrolled code on every other platform, chosen when the program is lowered
