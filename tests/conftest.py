@@ -18,23 +18,31 @@ from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX
 
 # Compile faster: the suite's time is XLA compilation (~60 % of it backend compilation, measured with
 # jax.monitoring's compile events over the whole suite), and what it checks is what the programs compute, not
-# how fast they run. XLA:CPU's legacy elemental emitters compile in about 0.6x the time of the default fusion
-# emitters: the whole suite took 542 s against 918 s (2 workers, load ~3). tests/test_suite_compiler.py
-# checks that the default configuration, which users run, gives the same numbers. (LLVM at -O0 on top,
-# --xla_backend_optimization_level=0, took it to 432 s but made successful scenarios of tests/test_sweep.py
-# report a consistency residual of exactly 1.0 in one chunking and 1e-14 in another: not used.) Read when JAX
-# starts its CPU backend, so set before any test runs; subprocesses (the command line, the GPU suite's smoke
-# run) inherit it. Only where JAX can start the CPU's backend alone: the CUDA plugin aborts the process on
-# this CPU flag (ukjax._config.faster_cpu_compilation, which the suite's switch is, says more).
-# And each program's machine code generated in one piece (--xla_cpu_parallel_codegen_split_count=1): XLA:CPU
-# otherwise splits a program's LLVM module into parts compiled on parallel threads, which costs CPU (the
-# demo's 256-scenario chunk program: 4.5 CPU-s in one piece against 5.6 split, 4.7 against 6.8 s of wall on
-# one core) that the other worker would use, since the two workers keep both cores busy. Pairs of the
-# suite's modules, same tree, interleaved (load 1.3-3.2): entrywise + multibody 121 against 129 s wall (214
-# against 230 user CPU-s), linalg + sweep 105 against 110 s (193 against 199); within one worker's module
-# alone at the end of the run it is slower (simulation + multibody, imbalanced: 122 against 114 s).
-SUITE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
-if _cpu_only_process():
+# how fast they run. tests/test_suite_compiler.py checks that the default configuration, which users run,
+# gives the same numbers. Read when JAX starts its CPU backend, so set before any test runs; subprocesses (the
+# command line, the GPU suite's smoke run) inherit it. Only where JAX can start the CPU's backend alone: the
+# CUDA plugin aborts the process on these CPU flags (ukjax._config.faster_cpu_compilation says more).
+# ``UKJAX_SUITE_XLA_FLAGS=...`` replaces them (empty: the users' configuration).
+# - XLA:CPU's legacy elemental emitters (--xla_cpu_use_fusion_emitters=false) compile in about 0.6x the time
+#   of the default fusion emitters: the whole suite took 542 s against 918 s (2 workers, load ~3).
+# - Each program's machine code generated in one piece (--xla_cpu_parallel_codegen_split_count=1): XLA:CPU
+#   otherwise splits a program's LLVM module into parts compiled on parallel threads, which costs CPU (the
+#   demo's 256-scenario chunk program: 4.5 CPU-s in one piece against 5.6 split) that the other worker would
+#   use, since the two workers keep both cores busy. Pairs of modules, interleaved (load 1.3-3.2): entrywise +
+#   multibody 121 against 129 s wall, linalg + sweep 105 against 110 s.
+# - LLVM without optimization (--xla_backend_optimization_level=0): the programs run ~3.5x slower (the demo's
+#   integration 9.1-9.4 s against 2.7 s) but compile in two thirds of the time, and the suite's programs run
+#   briefly. Whole suite, same tree (88d7db0), 2 workers: 825 passed in 688 s wall, 1266 + 45 CPU-s, XLA's
+#   compilation 536 worker-s, against 771-957 s, 1437-1789 + 41-50 CPU-s and 796 worker-s without it (load
+#   1.7-2.1). Levels 1 and 2 compile alike (entrywise + docs modules: 113 s both, 79 s at 0). An earlier tree
+#   (521afa6) failed one sweep test at -O0 (a pendulum batch of 3 against a batch of 1); the suite of 88d7db0
+#   passes whole at -O0, and the default configuration is checked against it.
+SUITE_XLA_FLAGS = os.environ.get(
+    "UKJAX_SUITE_XLA_FLAGS",
+    "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+    " --xla_backend_optimization_level=0",
+)
+if _cpu_only_process() and SUITE_XLA_FLAGS.strip():
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 
 import jax  # noqa: E402
