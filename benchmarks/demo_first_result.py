@@ -7,7 +7,8 @@ with an empty compilation cache (``UKJAX_CACHE_DIR`` a new folder), contenders i
 ``fusion_emitters`` (``XLA_FLAGS=--xla_cpu_use_fusion_emitters=true``, which the command then leaves alone),
 ``elemental_emitters`` (``XLA_FLAGS`` unset: the command adds ``--xla_cpu_use_fusion_emitters=false``; the
 command as users run it) and ``elemental_python_gc`` (the same with Python's own garbage-collector settings:
-the command without ``ukjax._config.fewer_garbage_collections``, as it ran before that).
+the command without ``ukjax._config.fewer_garbage_collections``, as it ran before that); with ``--before
+TREE``, ``before``: the command as users run it from a checkout of an earlier commit (``PYTHONPATH=TREE``).
 Recorded per run: the demo's ``metrics.json`` timings (compile: trace, lower and XLA-compile the chunk
 program; integrate: the four chunks; postprocess; total) and the process's wall time; per contender the
 medians; and the largest difference of the path-error statistics between the contenders (the same scenarios,
@@ -15,6 +16,8 @@ the same program up to XLA's code generation). ``uptime`` before and after goes 
 
     python3 benchmarks/demo_first_result.py               # 3 rounds
     python3 benchmarks/demo_first_result.py --rounds 2
+    git worktree add /tmp/before HEAD~1
+    python3 benchmarks/demo_first_result.py --contenders elemental_emitters --before /tmp/before --rounds 5
 """
 
 from __future__ import annotations
@@ -42,13 +45,17 @@ PYTHON_GC = (
 """The ``ukjax`` command with Python's own garbage-collector settings (contender ``elemental_python_gc``)."""
 
 
-def run_demo(flags: str, folder: Path | None = None, python_gc: bool = False, **env_extra: str) -> dict:
+def run_demo(flags: str, folder: Path | None = None, python_gc: bool = False, tree: str | None = None,
+             **env_extra: str) -> dict:  # fmt: skip
     """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and the caches in ``folder`` (a new,
     empty one by default; a folder of an earlier run to measure a second run), ``env_extra`` in its
-    environment; its timings."""
+    environment, ukjax imported from ``tree`` (a checkout of another commit; default: the installed one);
+    its timings."""
     folder = Path(tempfile.mkdtemp(prefix="ukjax-demo-bench-")) if folder is None else folder
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"), **env_extra)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     tic = time.perf_counter()
     done = subprocess.run(
         [sys.executable, *(["-c", PYTHON_GC] if python_gc else ["-m", "ukjax.cli"]), "demo",
@@ -70,36 +77,51 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(HERE / "results" / "demo-first-result-cpu.json"))
+    parser.add_argument(
+        "--before", metavar="TREE", help="also run the command as users run it (elemental emitters) from "
+        "TREE, a checkout of an earlier commit (git worktree add TREE COMMIT): contender 'before'"
+    )  # fmt: skip
+    parser.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help=f"comma list of {', '.join(CONTENDERS)}"
+    )
     args = parser.parse_args(argv)
+    contenders = {name: CONTENDERS[name] + (None,) for name in args.contenders.split(",") if name}
+    if args.before:
+        contenders["before"] = ("", False, args.before)
     sys.path.insert(0, str(HERE))
     from _common import write_results
 
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     before = uptime()
-    runs = {name: [] for name in CONTENDERS}
+    runs = {name: [] for name in contenders}
     for r in range(args.rounds):
-        order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
+        order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
         for name in order:
-            flags, python_gc = CONTENDERS[name]
-            runs[name].append(run_demo(flags, python_gc=python_gc) | {"load": os.getloadavg()[0]})
+            flags, python_gc, tree = contenders[name]
+            runs[name].append(run_demo(flags, python_gc=python_gc, tree=tree) | {"load": os.getloadavg()[0]})
             row = runs[name][-1]
             print(f"round {r + 1} {name}: compile {row['compile_s']:.1f} s, integrate "
                   f"{row['integrate_s']:.2f} s, total {row['total_s']:.1f} s, process "
                   f"{row['process_wall_s']:.1f} s", flush=True)  # fmt: skip
-    keys = [k for k in runs["fusion_emitters"][0] if k.endswith("_s")]
+    keys = [k for k in next(iter(runs.values()))[0] if k.endswith("_s")]
     medians = {
         name: {k: statistics.median(run[k] for run in rows) for k in keys} for name, rows in runs.items()
     }
-    errors = [run["path_error_m"] for run in (runs["fusion_emitters"][0], runs["elemental_emitters"][0])]
+    firsts = [rows[0]["path_error_m"] for rows in runs.values()]
     difference = max(
-        abs(a - b)
-        for a, b in zip(_numbers(errors[0]), _numbers(errors[1]), strict=True)
-    )  # fmt: skip
-    over = lambda a, b: {k: medians[a][k] / medians[b][k] for k in keys}  # noqa: E731
+        abs(a - b) for other in firsts[1:] for a, b in zip(_numbers(firsts[0]), _numbers(other), strict=True)
+    ) if len(firsts) > 1 else 0.0  # fmt: skip
+
+    def over(a, b):
+        return {k: medians[a][k] / medians[b][k] for k in keys} if {a, b} <= set(runs) else None
+
     ratios = over("elemental_emitters", "fusion_emitters")
     gc_ratios = over("elemental_emitters", "elemental_python_gc")
-    print("elemental / fusion:", {k: round(v, 2) for k, v in ratios.items()})
-    print("fewer collections / Python's:", {k: round(v, 2) for k, v in gc_ratios.items()})
+    before_ratios = over("elemental_emitters", "before")
+    for text, found in (("elemental / fusion", ratios), ("fewer collections / Python's", gc_ratios),
+                        ("this tree / before", before_ratios)):  # fmt: skip
+        if found:
+            print(f"{text}:", {k: round(v, 2) for k, v in found.items()})
     write_results(
         args.out,
         {
@@ -113,6 +135,8 @@ def main(argv=None) -> None:
             "medians": medians,
             "elemental_over_fusion": ratios,
             "fewer_gc_over_python_gc": gc_ratios,
+            "this_tree_over_before": before_ratios,
+            "before_tree": args.before,
             "max_path_error_statistic_difference_m": difference,
             "runs": runs,
         },

@@ -111,3 +111,17 @@ def test_a_stale_program_is_never_read(tmp_path, monkeypatch, edit):
         compiled, how = compiled_program("p", scaled, ARGS, {"scale": 2.0}, folder=tmp_path)
     assert how == TRACED
     np.testing.assert_allclose(compiled(*ARGS)["sum"], 2.0 * jax.jit(_program)(*ARGS)["sum"], rtol=1e-15)
+
+
+def test_an_output_tree_that_does_not_read_back_is_not_kept(tmp_path):
+    """An equinox Module's tree pickles, but its unpickled tree cannot rebuild the Module (the call of a read
+    executable would fail): such a program is used, not kept."""
+    import equinox as eqx
+
+    class Pair(eqx.Module):
+        a: jax.Array
+        b: jax.Array
+
+    compiled, how = compiled_program("module", lambda x, y: Pair(x + 1.0, y), ARGS, {}, folder=tmp_path)
+    assert how == TRACED and _kept(tmp_path) == []
+    np.testing.assert_array_equal(compiled(*ARGS).a, ARGS[0] + 1.0)

@@ -103,6 +103,46 @@ def program_folder() -> Path | None:
     return Path(cache) / "programs"
 
 
+def _path(name: str, options: dict, args, folder: Path | None) -> Path | None:
+    """Where program ``name`` is kept (None: nowhere, no program cache)."""
+    folder = program_folder() if folder is None else Path(folder)
+    return None if folder is None else folder / f"{name}-{program_key(name, options, args)}.xla"
+
+
+def _load(path: Path | None):
+    """The executable kept at ``path``, or None (none there, or a partial or foreign file, then removed)."""
+    from jax.experimental import serialize_executable
+
+    if path is None or not path.exists():
+        return None
+    try:
+        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception:  # a partial or foreign file: traced again and replaced
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _keep(path: Path | None, compiled) -> None:
+    """Write ``compiled`` to ``path``, whole or not at all; an executable, or an argument or output tree,
+    that does not serialize and read back is used, not kept."""
+    from jax.experimental import serialize_executable
+
+    if path is None:
+        return
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(compiled))
+        _, in_tree, out_tree = pickle.loads(blob)
+        for tree in (in_tree, out_tree):  # an equinox Module's tree pickles but does not unflatten after
+            tree.unflatten(range(tree.num_leaves))
+    except Exception:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_bytes(blob)
+    os.replace(partial, path)  # whole or absent for a concurrent reader
+
+
 def compiled_program(name: str, fn, args, options: dict, folder: Path | None = None):
     """``(compiled, how)``: ``jax.jit(fn)`` compiled for ``args``, loaded from the program cache where an
     earlier process with the same key (:func:`program_key`) left it (``how`` = :data:`READ`), traced,
@@ -110,26 +150,10 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
 
     ``fn`` must be code of ukjax's only, its behaviour fixed by ``options`` and the tree, shapes and dtypes of
     ``args``. ``folder``: where programs are kept (default :func:`program_folder`)."""
-    from jax.experimental import serialize_executable
-
-    folder = program_folder() if folder is None else Path(folder)
-    compile_ = lambda: jax.jit(fn).lower(*args).compile()  # noqa: E731
-    if folder is None:
-        return compile_(), TRACED
-    path = folder / f"{name}-{program_key(name, options, args)}.xla"
-    if path.exists():
-        try:
-            payload, in_tree, out_tree = pickle.loads(path.read_bytes())
-            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), READ
-        except Exception:  # a partial or foreign file: trace again and replace it
-            path.unlink(missing_ok=True)
-    compiled = compile_()
-    try:
-        blob = pickle.dumps(serialize_executable.serialize(compiled))
-    except Exception:  # an executable or output tree that does not serialize: used, not kept
-        return compiled, TRACED
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.write_bytes(blob)
-    os.replace(partial, path)  # whole or absent for a concurrent reader
+    path = _path(name, options, args, folder)
+    found = _load(path)
+    if found is not None:
+        return found, READ
+    compiled = jax.jit(fn).lower(*args).compile()
+    _keep(path, compiled)
     return compiled, TRACED
