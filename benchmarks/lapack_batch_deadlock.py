@@ -67,15 +67,15 @@ def _children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(impl, n=12, batch=1024, k=4, iters=200, timeout=60.0):
-    """(finished, seconds, stdout tail) of one run in a fresh interpreter; the tail of a run that timed out
-    gives the CPU seconds it used (a deadlocked run sits idle: a few CPU seconds in a long wall time; a run
-    that is only slow on a loaded machine keeps using CPU)."""
+def run_once(impl, n=12, batch=1024, k=4, iters=200, timeout=60.0, env=None):
+    """(finished, seconds, stdout tail) of one run in a fresh interpreter (environment ``env``, default this
+    process's); the tail of a run that timed out gives the CPU seconds it used (a deadlocked run sits idle: a
+    few CPU seconds in a long wall time; a run that is only slow on a loaded machine keeps using CPU)."""
     cmd = [sys.executable, "-c", CHILD, impl, str(n), str(batch), str(k), str(iters)]
     start, cpu = time.perf_counter(), _children_cpu()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             cwd=Path(__file__).resolve().parents[1])
+                             cwd=Path(__file__).resolve().parents[1], env=env)
     except subprocess.TimeoutExpired:
         return False, time.perf_counter() - start, f"timeout after {_children_cpu() - cpu:.1f} CPU s"
     tail = (out.stdout + out.stderr).strip().splitlines()[-1:] or [""]
