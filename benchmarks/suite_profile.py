@@ -24,12 +24,27 @@ import sys
 
 
 def read(folder: str) -> list[dict]:
-    rows = []
+    """One row per module and worker: a module whose tests pytest ran in two stretches (it reorders tests
+    around a module-scoped fixture) wrote two rows, whose seconds and counts are summed here."""
+    rows: dict[tuple, dict] = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
         worker = os.path.basename(path)[: -len(".jsonl")]
         with open(path) as f:
-            rows += [dict(json.loads(line), worker=worker) for line in f if line.strip()]
-    return rows
+            for line in filter(str.strip, f):
+                found = json.loads(line)
+                module = found["module"]
+                row = rows.setdefault((module, worker), {"module": module, "worker": worker})
+                for key, value in found.items():
+                    if key == "programs":
+                        programs = row.setdefault("programs", {})
+                        for name, (count, seconds) in value.items():
+                            had = programs.get(name, [0, 0.0])
+                            programs[name] = [had[0] + count, had[1] + seconds]
+                    elif key == "memory_maps":
+                        row[key] = max(row.get(key, 0), value)
+                    elif key != "module":
+                        row[key] = row.get(key, 0) + value
+    return list(rows.values())
 
 
 def table(rows: list[dict], top: int = 0) -> str:
