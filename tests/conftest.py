@@ -34,9 +34,15 @@ from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX
 #   integration 9.1-9.4 s against 2.7 s) but compile in two thirds of the time, and the suite's programs run
 #   briefly. Whole suite, same tree (88d7db0), 2 workers: 825 passed in 688 s wall, 1266 + 45 CPU-s, XLA's
 #   compilation 536 worker-s, against 771-957 s, 1437-1789 + 41-50 CPU-s and 796 worker-s without it (load
-#   1.7-2.1). Levels 1 and 2 compile alike (entrywise + docs modules: 113 s both, 79 s at 0). An earlier tree
-#   (521afa6) failed one sweep test at -O0 (a pendulum batch of 3 against a batch of 1); the suite of 88d7db0
-#   passes whole at -O0, and the default configuration is checked against it.
+#   1.7-2.1); at d3f49b7, 540 s and 988 + 40 CPU-s at load 1.0. Levels 1 and 2 compile alike (entrywise +
+#   docs modules: 113 s both, 79 s at 0). A risk, kept in view: at -O0 XLA once computed wrong numbers. The
+#   tree of 521afa6 fails tests/test_sweep.py's chunking check at -O0, deterministically (the same 8 of 400
+#   pendulum scenarios report a consistency residual of exactly 1.0 in one chunking, 1e-14 in the other; its
+#   residual then came from a batched SVD at every saved time, which no longer exists; that SVD alone, batched
+#   the same way, is right at -O0). The suite of 88d7db0 and later passes whole at -O0 (twice), its checks
+#   compare programs with each other (batch against single, chunkings, engines), and the users' default
+#   configuration is checked against this one (tests/test_suite_compiler.py). A failure seen only here: rerun
+#   with ``UKJAX_SUITE_XLA_FLAGS=`` (the users' configuration) before looking for it in ukjax.
 SUITE_XLA_FLAGS = os.environ.get(
     "UKJAX_SUITE_XLA_FLAGS",
     "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
