@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import warnings
 import jax, jax.numpy as jnp
@@ -40,27 +42,33 @@ def test_ukjax_demo_and_no_other_command_asks_for_faster_cpu_compilation(monkeyp
     assert calls == [1]
 
 
-def test_faster_cpu_compilation_adds_its_flag_once_and_respects_the_users(monkeypatch):
-    """``ukjax.faster_cpu_compilation`` (called by the ``ukjax`` command) adds XLA:CPU's elemental-emitter
-    flag to ``XLA_FLAGS`` and keeps the user's other flags; a second call, or a user who set the flag either
-    way, changes nothing."""
+@pytest.mark.parametrize("name", ["faster_cpu_compilation", "sequential_cpu_kernels"])
+def test_cpu_flag_is_added_once_and_respects_the_users(monkeypatch, name):
+    """``ukjax.faster_cpu_compilation`` (called by the ``ukjax`` command: XLA:CPU's elemental emitters) and
+    ``ukjax.sequential_cpu_kernels`` (opt-in: a sequential kernel schedule) add their flag to ``XLA_FLAGS``
+    and keep the user's other flags; a second call, or a user who set the flag either way, changes
+    nothing."""
     import os
 
     import ukjax
-    from ukjax._config import FASTER_CPU_COMPILATION_FLAG
 
+    add = getattr(ukjax, name)
+    flag = {"faster_cpu_compilation": ukjax._config.FASTER_CPU_COMPILATION_FLAG,
+            "sequential_cpu_kernels": ukjax._config.SEQUENTIAL_CPU_KERNELS_FLAG}[name]  # fmt: skip
+    option = flag.split("=")[0]
     monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: [])  # a CPU-only machine (see below)
     other = "--xla_force_host_platform_device_count=2"
     monkeypatch.setenv("XLA_FLAGS", other)
-    assert ukjax.faster_cpu_compilation() is True
-    assert os.environ["XLA_FLAGS"] == f"{other} {FASTER_CPU_COMPILATION_FLAG}"
-    assert ukjax.faster_cpu_compilation() is False
-    assert os.environ["XLA_FLAGS"].count("fusion_emitters") == 1
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
-    assert ukjax.faster_cpu_compilation() is False
-    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+    assert add() is True
+    assert os.environ["XLA_FLAGS"] == f"{other} {flag}"
+    assert add() is False
+    assert os.environ["XLA_FLAGS"].count(option) == 1
+    theirs = f"{option}={'true' if flag.endswith('false') else 'false'}"
+    monkeypatch.setenv("XLA_FLAGS", theirs)
+    assert add() is False
+    assert os.environ["XLA_FLAGS"] == theirs
     monkeypatch.delenv("XLA_FLAGS")
-    assert ukjax.faster_cpu_compilation() is True and os.environ["XLA_FLAGS"] == FASTER_CPU_COMPILATION_FLAG
+    assert add() is True and os.environ["XLA_FLAGS"] == flag
 
 
 def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeypatch):
@@ -80,5 +88,36 @@ def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeyp
         else:
             monkeypatch.setenv("JAX_PLATFORMS", platforms)
         assert ukjax.faster_cpu_compilation() is False and os.environ["XLA_FLAGS"] == "", platforms
+        assert ukjax.sequential_cpu_kernels() is False and os.environ["XLA_FLAGS"] == "", platforms
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert ukjax.faster_cpu_compilation() is True and "fusion_emitters=false" in os.environ["XLA_FLAGS"]
+
+
+def test_sequential_cpu_kernels_gives_the_same_trajectory():
+    """A process with the sequential schedule computes a SCARA simulation (Bosh3, 5 ms, 40 steps) to the same
+    numbers as one without it (both with the suite's XLA flags): the schedule orders kernels, it does not
+    change them (bitwise expected; 1e-14 allows for XLA's choices)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    script = (
+        "import json, os, sys, ukjax\n"
+        "assert ukjax.sequential_cpu_kernels() is True if sys.argv[1] == 'on' else True\n"
+        "from ukjax.models import scara\n"
+        "ukjax.enable_float64()\n"
+        "p = scara.default_params(); q0, qd0 = scara.initial_state(p)\n"
+        "sol = ukjax.simulate(scara.system(), q0, qd0, p, t1=0.2, dt=5e-3)\n"
+        "print(json.dumps([sol.q.tolist(), 'concurrency_optimized' in os.environ['XLA_FLAGS']]))\n"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    (on, flagged), (off, unflagged) = (
+        json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True,
+                                  env=env, check=True, timeout=600).stdout.strip().splitlines()[-1])
+        for mode in ("on", "off")
+    )  # fmt: skip
+    assert flagged and not unflagged
+    np.testing.assert_allclose(on, off, rtol=0, atol=1e-14)

@@ -96,11 +96,41 @@ def faster_cpu_compilation() -> bool:
     2026-11-28). Call it before the first JAX computation (XLA reads its flags when JAX starts its CPU
     backend). Does nothing, and returns False, where an accelerator may start or ``XLA_FLAGS`` already sets
     the flag either way; True where it added the flag."""
+    return _add_cpu_flag(FASTER_CPU_COMPILATION_FLAG)
+
+
+def _add_cpu_flag(flag: str) -> bool:
+    """Append the XLA:CPU ``flag`` to ``XLA_FLAGS`` in a CPU-only process where ``XLA_FLAGS`` does not set it
+    already (either way); whether it was added."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if FASTER_CPU_COMPILATION_FLAG.split("=")[0] in flags or not cpu_only_process():
+    if flag.split("=")[0] in flags or not cpu_only_process():
         return False
-    os.environ["XLA_FLAGS"] = f"{flags} {FASTER_CPU_COMPILATION_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
     return True
+
+
+SEQUENTIAL_CPU_KERNELS_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+"""The XLA flag of :func:`sequential_cpu_kernels`."""
+
+
+def sequential_cpu_kernels() -> bool:
+    """Run each CPU program's kernels one after the other (``--xla_cpu_enable_concurrency_optimized_scheduler
+    =false`` in ``XLA_FLAGS``): opt-in, for one scenario at a time (a model-predictive-control loop, a single
+    :func:`ukjax.simulate`), where every kernel is small.
+
+    XLA:CPU's default schedule runs independent kernels side by side on its thread pool; for one scenario's
+    step, a chain of ~170 kernels of ~70 ns each per right-hand side (the UR5), handing kernels to another
+    thread costs more than it saves. Measured in fresh processes, 3 interleaved rounds, load 0.6-1.5
+    (``benchmarks/cpu_schedule.py``; RK4 at 1 ms, float64, the same final states): the UR5, one scenario,
+    ``ukjax.simulate`` in a ``jit``, 46.7 against 64.5 µs per step (called as it is, 49.7 against 65.4); the
+    SCARA 10.3 against 10.9. Batches lose a little (1024 scenarios: the UR5 13.9 against 13.1 µs per step per
+    scenario, the SCARA 2.3 against 1.9), so the ``ukjax`` command and the suite do not set it. The flag is
+    read when JAX starts its CPU backend (a per-program ``compiler_options`` setting measured no effect):
+    call this before the first JAX computation. Only
+    in a CPU-only process (:func:`cpu_only_process`), as :func:`faster_cpu_compilation`. Does nothing, and
+    returns False, where an accelerator may start or ``XLA_FLAGS`` already sets the flag either way; True
+    where it added the flag."""
+    return _add_cpu_flag(SEQUENTIAL_CPU_KERNELS_FLAG)
 
 
 TRACING_GC_THRESHOLD = (10_000, 50, 100)
