@@ -43,10 +43,15 @@ from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX
 #   compare programs with each other (batch against single, chunkings, engines), and the users' default
 #   configuration is checked against this one (tests/test_suite_compiler.py). A failure seen only here: rerun
 #   with ``UKJAX_SUITE_XLA_FLAGS=`` (the users' configuration) before looking for it in ukjax.
+# - Kernels one after the other (--xla_cpu_enable_concurrency_optimized_scheduler=false, what
+#   ukjax.sequential_cpu_kernels sets): most of the suite's programs are one scenario or a few, whose small
+#   kernels lose time being handed between threads. Five heavy modules (README, simulation, UR5 tuning,
+#   entrywise, multibody), 2 interleaved rounds: 92 and 136 s wall (172 and 236 user CPU-s) against 103 and
+#   142 s (192 and 246); the same numbers (tests/test_config.py).
 SUITE_XLA_FLAGS = os.environ.get(
     "UKJAX_SUITE_XLA_FLAGS",
     "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
-    " --xla_backend_optimization_level=0",
+    " --xla_backend_optimization_level=0 --xla_cpu_enable_concurrency_optimized_scheduler=false",
 )
 if _cpu_only_process() and SUITE_XLA_FLAGS.strip():
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()

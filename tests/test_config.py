@@ -95,8 +95,8 @@ def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeyp
 
 def test_sequential_cpu_kernels_gives_the_same_trajectory():
     """A process with the sequential schedule computes a SCARA simulation (Bosh3, 5 ms, 40 steps) to the same
-    numbers as one without it (both with the suite's XLA flags): the schedule orders kernels, it does not
-    change them (bitwise expected; 1e-14 allows for XLA's choices)."""
+    numbers as one without it (both with the suite's other XLA flags): the schedule orders kernels, it does
+    not change them (bitwise expected; 1e-14 allows for XLA's choices)."""
     import json
     import os
     import subprocess
@@ -113,7 +113,11 @@ def test_sequential_cpu_kernels_gives_the_same_trajectory():
         "sol = ukjax.simulate(scara.system(), q0, qd0, p, t1=0.2, dt=5e-3)\n"
         "print(json.dumps([sol.q.tolist(), 'concurrency_optimized' in os.environ['XLA_FLAGS']]))\n"
     )
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    from ukjax._config import SEQUENTIAL_CPU_KERNELS_FLAG
+
+    # the suite's flags without this one (the suite sets it too: conftest.SUITE_XLA_FLAGS)
+    flags = os.environ.get("XLA_FLAGS", "").replace(SEQUENTIAL_CPU_KERNELS_FLAG, "").strip()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     (on, flagged), (off, unflagged) = (
         json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True,
                                   env=env, check=True, timeout=600).stdout.strip().splitlines()[-1])

@@ -124,12 +124,12 @@ def sequential_cpu_kernels() -> bool:
     (``benchmarks/cpu_schedule.py``; RK4 at 1 ms, float64, the same final states): the UR5, one scenario,
     ``ukjax.simulate`` in a ``jit``, 46.7 against 64.5 µs per step (called as it is, 49.7 against 65.4); the
     SCARA 10.3 against 10.9. Batches lose a little (1024 scenarios: the UR5 13.9 against 13.1 µs per step per
-    scenario, the SCARA 2.3 against 1.9), so the ``ukjax`` command and the suite do not set it. The flag is
-    read when JAX starts its CPU backend (a per-program ``compiler_options`` setting measured no effect):
-    call this before the first JAX computation. Only
-    in a CPU-only process (:func:`cpu_only_process`), as :func:`faster_cpu_compilation`. Does nothing, and
-    returns False, where an accelerator may start or ``XLA_FLAGS`` already sets the flag either way; True
-    where it added the flag."""
+    scenario, the SCARA 2.3 against 1.9), so the ``ukjax`` command, whose work is batches, does not set it;
+    ukjax's test suite, mostly single scenarios and small batches, does. The flag is read when JAX starts its
+    CPU backend (a per-program ``compiler_options`` setting measured no effect): call this before the first
+    JAX computation. Only in a CPU-only process (:func:`cpu_only_process`), as
+    :func:`faster_cpu_compilation`. Does nothing, and returns False, where an accelerator may start or
+    ``XLA_FLAGS`` already sets the flag either way; True where it added the flag."""
     return _add_cpu_flag(SEQUENTIAL_CPU_KERNELS_FLAG)
 
 
