@@ -511,6 +511,32 @@ def robot_step() -> str:
     return table(header, rows)
 
 
+CPU_SCHEDULE = "cpu-schedule.json"
+CPU_SCHEDULE_WORKLOADS = {
+    "ur5_one": "UR5, one scenario, ukjax.simulate in a jit (µs per step)",
+    "ur5_one_eager": "UR5, one scenario, ukjax.simulate as called (µs per step)",
+    "scara_one": "SCARA, one scenario, in a jit (µs per step)",
+    "ur5_1024": "UR5, 1024 scenarios (µs per step per scenario)",
+    "scara_1024": "SCARA, 1024 scenarios (µs per step per scenario)",
+}
+
+
+def cpu_schedule() -> str:
+    """XLA:CPU's default kernel schedule against ukjax.sequential_cpu_kernels(), per workload."""
+    summary = load(CPU_SCHEDULE)["summary"]
+    rows = []
+    for key, label in CPU_SCHEDULE_WORKLOADS.items():
+        if key in summary:
+            r = summary[key]
+            us, compile_s = r["us_per_step_median"], r["compile_s_median"]
+            rows.append([label, f"{us['default']:.3g}", f"{us['sequential']:.3g}",
+                         f"{r['default_over_sequential']:.2f}",
+                         f"{compile_s['default']:.1f} / {compile_s['sequential']:.1f} s"])  # fmt: skip
+    header = ["RK4, 1 ms, float64", "default schedule", "sequential_cpu_kernels()", "default / sequential",
+              "compile (default / sequential)"]  # fmt: skip
+    return table(header, rows)
+
+
 LOCKSTEP_BATCH = "lockstep-batch-cpu.json"
 LOCKSTEP_WORKLOADS = {
     "demo": "ukjax demo's program: SCARA, Bosh3, 256 scenarios, 1000 steps, 201 saves",
@@ -648,6 +674,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "robots-speed": robots_speed,
     "robots-speed-panda": lambda: robots_speed(ROBOTS_SPEED_PANDA),
     "robot-step": robot_step,
+    "cpu-schedule": cpu_schedule,
     "lockstep-batch": lockstep_batch,
 }
 
