@@ -38,11 +38,12 @@ from ukjax._config import cpu_only_process as _cpu_only_process  # starts no JAX
 #   docs modules: 113 s both, 79 s at 0). A risk, kept in view: at -O0 XLA once computed wrong numbers. The
 #   tree of 521afa6 fails tests/test_sweep.py's chunking check at -O0, deterministically (the same 8 of 400
 #   pendulum scenarios report a consistency residual of exactly 1.0 in one chunking, 1e-14 in the other; its
-#   residual then came from a batched SVD at every saved time, which no longer exists; that SVD alone, batched
-#   the same way, is right at -O0). The suite of 88d7db0 and later passes whole at -O0 (twice), its checks
-#   compare programs with each other (batch against single, chunkings, engines), and the users' default
-#   configuration is checked against this one (tests/test_suite_compiler.py). A failure seen only here: rerun
-#   with ``UKJAX_SUITE_XLA_FLAGS=`` (the users' configuration) before looking for it in ukjax.
+#   residual then came from a batched SVD at every saved time, which the default path no longer computes;
+#   that SVD alone, batched the same way, is right at -O0). The suite of 88d7db0 and later passes whole at
+#   -O0 (four full runs, 540-688 s), its checks compare programs with each other (batch against single,
+#   chunkings, engines), and the users' default configuration is checked against this one
+#   (tests/test_suite_compiler.py). A failure seen only here: rerun with ``UKJAX_SUITE_XLA_FLAGS=`` (the
+#   users' configuration) before looking for it in ukjax.
 # - Kernels one after the other (--xla_cpu_enable_concurrency_optimized_scheduler=false, what
 #   ukjax.sequential_cpu_kernels sets): most of the suite's programs are one scenario or a few, whose small
 #   kernels lose time being handed between threads. Five heavy modules (README, simulation, UR5 tuning,
