@@ -14,7 +14,7 @@ interleaved round by round. Workloads, each RK4 at a fixed 1 ms step, float64, t
 
 Per process: compile once, then the median of 5 calls; µs per step (per step per scenario for batches).
 Medians over rounds per contender, their ratio, the largest difference of the final states between the
-contenders, and ``uptime`` before and after go to the JSON.
+contenders (the states themselves are not written), and ``uptime`` before and after go to the JSON.
 
     python3 benchmarks/cpu_schedule.py                 # 3 rounds
     python3 benchmarks/cpu_schedule.py --rounds 2 --workloads ur5_one scara_one
@@ -103,6 +103,7 @@ def main(argv=None) -> None:
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()  # noqa: E731
     before = uptime()
     runs = {w: {c: [] for c in CONTENDERS} for w in args.workloads}
+    finals: dict[str, dict] = {}  # workload -> contender -> its first run's final states
     for r in range(args.rounds):
         for workload in args.workloads:
             order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
@@ -111,14 +112,15 @@ def main(argv=None) -> None:
                 done = subprocess.run([sys.executable, __file__, "--child", workload], capture_output=True,
                                       text=True, env=env, check=True)  # fmt: skip
                 row = json.loads(done.stdout.strip().splitlines()[-1]) | {"load": os.getloadavg()[0]}
+                finals.setdefault(workload, {}).setdefault(name, row.pop("final"))  # compared, not written
                 runs[workload][name].append(row)
                 print(f"round {r + 1} {workload} {name}: {row['us_per_step']:.2f} µs/step, compile "
                       f"{row['compile_s']:.1f} s", flush=True)  # fmt: skip
     summary = {}
     for workload, by in runs.items():
         medians = {name: statistics.median(x["us_per_step"] for x in rows) for name, rows in by.items()}
-        finals = [rows[0]["final"] for rows in by.values()]
-        difference = max(abs(a - b) for a, b in zip(_flat(finals[0]), _flat(finals[1]), strict=True))
+        first, second = (_flat(finals[workload][name]) for name in CONTENDERS)
+        difference = max(abs(a - b) for a, b in zip(first, second, strict=True))
         summary[workload] = {
             "us_per_step_median": medians,
             "default_over_sequential": medians["default"] / medians["sequential"],

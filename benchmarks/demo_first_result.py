@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CONTENDERS = {  # name: (XLA_FLAGS, with Python's own garbage-collector settings)
-    "fusion_emitters": ("--xla_cpu_use_fusion_emitters=true", False),
-    "elemental_emitters": ("", False),
-    "elemental_python_gc": ("", True),
+CONTENDERS = {  # name: (XLA_FLAGS, with Python's own collector settings, ukjax's tree: None = installed)
+    "fusion_emitters": ("--xla_cpu_use_fusion_emitters=true", False, None),
+    "elemental_emitters": ("", False, None),
+    "elemental_python_gc": ("", True, None),
 }
 PYTHON_GC = (
     "import sys, ukjax._config as c; c.fewer_garbage_collections = lambda: None; "
@@ -85,7 +85,7 @@ def main(argv=None) -> None:
         "--contenders", default=",".join(CONTENDERS), help=f"comma list of {', '.join(CONTENDERS)}"
     )
     args = parser.parse_args(argv)
-    contenders = {name: CONTENDERS[name] + (None,) for name in args.contenders.split(",") if name}
+    contenders = {name: CONTENDERS[name] for name in args.contenders.split(",") if name}
     if args.before:
         contenders["before"] = ("", False, args.before)
     sys.path.insert(0, str(HERE))

@@ -57,6 +57,12 @@ SUITE_XLA_FLAGS = os.environ.get(
 if _cpu_only_process() and SUITE_XLA_FLAGS.strip():
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 
+
+def xla_flags_without(flags: str = SUITE_XLA_FLAGS) -> str:
+    """This process's ``XLA_FLAGS`` without ``flags`` (default: the suite's, which leaves the users'
+    configuration), for a subprocess that must run without them."""
+    return os.environ.get("XLA_FLAGS", "").replace(flags, "").strip()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

@@ -1,8 +1,11 @@
 """ukjax changes no global JAX setting on import; float64 is one explicit call."""
 
+import json
+import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 SCRIPT = """
@@ -48,8 +51,6 @@ def test_cpu_flag_is_added_once_and_respects_the_users(monkeypatch, name):
     ``ukjax.sequential_cpu_kernels`` (opt-in: a sequential kernel schedule) add their flag to ``XLA_FLAGS``
     and keep the user's other flags; a second call, or a user who set the flag either way, changes
     nothing."""
-    import os
-
     import ukjax
 
     add = getattr(ukjax, name)
@@ -75,8 +76,6 @@ def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeyp
     """The CUDA plugin aborts a process whose ``XLA_FLAGS`` holds the CPU flag ("Unknown flag in XLA_FLAGS",
     jax 0.11.2 on an H200): with an accelerator plugin installed the flag is added only where
     ``JAX_PLATFORMS`` names the CPU alone. And the real plugin lookup works here (a list of names)."""
-    import os
-
     import ukjax
 
     assert isinstance(ukjax._config.accelerator_plugins(), list)
@@ -97,27 +96,22 @@ def test_sequential_cpu_kernels_gives_the_same_trajectory():
     """A process with the sequential schedule computes a SCARA simulation (Bosh3, 5 ms, 40 steps) to the same
     numbers as one without it (both with the suite's other XLA flags): the schedule orders kernels, it does
     not change them (bitwise expected; 1e-14 allows for XLA's choices)."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from conftest import xla_flags_without
 
-    import numpy as np
+    from ukjax._config import SEQUENTIAL_CPU_KERNELS_FLAG
 
     script = (
         "import json, os, sys, ukjax\n"
-        "assert ukjax.sequential_cpu_kernels() is True if sys.argv[1] == 'on' else True\n"
+        "if sys.argv[1] == 'on':\n"
+        "    assert ukjax.sequential_cpu_kernels()\n"
         "from ukjax.models import scara\n"
         "ukjax.enable_float64()\n"
         "p = scara.default_params(); q0, qd0 = scara.initial_state(p)\n"
         "sol = ukjax.simulate(scara.system(), q0, qd0, p, t1=0.2, dt=5e-3)\n"
         "print(json.dumps([sol.q.tolist(), 'concurrency_optimized' in os.environ['XLA_FLAGS']]))\n"
     )
-    from ukjax._config import SEQUENTIAL_CPU_KERNELS_FLAG
-
     # the suite's flags without this one (the suite sets it too: conftest.SUITE_XLA_FLAGS)
-    flags = os.environ.get("XLA_FLAGS", "").replace(SEQUENTIAL_CPU_KERNELS_FLAG, "").strip()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags_without(SEQUENTIAL_CPU_KERNELS_FLAG))
     (on, flagged), (off, unflagged) = (
         json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True,
                                   env=env, check=True, timeout=600).stdout.strip().splitlines()[-1])

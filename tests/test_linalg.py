@@ -714,13 +714,12 @@ def test_batched_cholesky_does_not_deadlock():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from conftest import SUITE_XLA_FLAGS
+    from conftest import xla_flags_without
     from lapack_batch_deadlock import run_once
 
     # in the configuration users run (JAX's default XLA flags), where the hangs were seen; the suite's
     # unoptimized code (conftest.SUITE_XLA_FLAGS) took 18 s for the 200 calls against 8-9 s
-    flags = os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, "").strip()
-    users = dict(os.environ, XLA_FLAGS=flags)
+    users = dict(os.environ, XLA_FLAGS=xla_flags_without())
     finished, seconds, tail = run_once("ukjax", iters=200, timeout=120.0, env=users)
     assert finished, f"ukjax.linalg.cholesky under jit(vmap) did not finish in {seconds:.0f} s: {tail}"
 

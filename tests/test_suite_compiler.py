@@ -1,8 +1,9 @@
 """The suite compiles with XLA:CPU's legacy emitters, each program's machine code in one piece and LLVM
-without optimization (``conftest.SUITE_XLA_FLAGS``, for compile time); users run JAX's default
-configuration. This checks that the two give the same numbers on the paths every workflow goes through: a
-batch of SCARA simulations (default solver, method and chunking, with the diagnostics at the saved times) and
-a forward-mode gradient through it, in a subprocess with the default configuration against this process."""
+without optimization, and runs each program's kernels one after the other (``conftest.SUITE_XLA_FLAGS``, for
+its time); users run JAX's default configuration. This checks that the two give the same numbers on the
+paths every workflow goes through: a batch of SCARA simulations (default solver, method and chunking, with
+the diagnostics at the saved times) and a forward-mode gradient through it, in a subprocess with the default
+configuration against this process."""
 
 import json
 import os
@@ -11,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SUITE_XLA_FLAGS
+from conftest import SUITE_XLA_FLAGS, xla_flags_without
 
 SCRIPT = """
 import json
@@ -60,7 +61,7 @@ def _run_here() -> dict:
 def test_default_compiler_configuration_gives_the_suites_numbers():
     if not SUITE_XLA_FLAGS.strip():
         pytest.skip("UKJAX_SUITE_XLA_FLAGS is empty: the suite runs the default configuration itself")
-    flags = os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, "").strip()
+    flags = xla_flags_without()
     env = dict(os.environ, XLA_FLAGS=flags)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600, check=True

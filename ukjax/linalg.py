@@ -148,6 +148,8 @@ def keyed_on_looping(fn):
         with looped_factorizations(looped):
             return fn(*args, **kwargs)
 
+    # not functools.wraps: its __wrapped__ would give jax.jit fn's signature, which has no ``looped`` to mark
+    # static
     traced.__name__, traced.__qualname__, traced.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     return traced
 
