@@ -11,7 +11,7 @@ from ukjax import simulation
 from ukjax.simulation import simulate, simulate_batch
 from ukjax.sweep import _spec
 
-BATCH_ONLY = {"batch_params": False, "chunk_size": "auto", "bucket": True, "engine": "auto"}
+BATCH_ONLY = {"batch_params": False, "chunk_size": "auto", "bucket": True, "engine": "auto", "devices": "all"}
 
 
 def keyword_only(function) -> list[str]:

@@ -17,6 +17,7 @@ from ukjax._config import faster_cpu_compilation as faster_cpu_compilation
 from ukjax._config import float64_enabled as float64_enabled
 from ukjax._config import jax_version_supported as jax_version_supported
 from ukjax._config import sequential_cpu_kernels as sequential_cpu_kernels
+from ukjax._config import use_cpu_cores as use_cpu_cores
 from ukjax.constraints import AccelerationLevel as AccelerationLevel
 from ukjax.constraints import Baumgarte as Baumgarte
 from ukjax.constraints import Holonomic as Holonomic

@@ -65,9 +65,9 @@ OPTION_DEFAULTS = {
     "throw": False, "dt": None,
 }
 """The keyword options of :func:`~ukjax.simulation.simulate` and their defaults, as its signature (and that of
-:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params``, ``chunk_size`` and ``bucket``) gives
-them; ``t1`` is required. ``None`` stands for a value chosen at the call (from the dtype, the step, the
-span)."""
+:func:`~ukjax.simulation.simulate_batch`, which adds ``batch_params``, ``chunk_size``, ``bucket``, ``engine``
+and ``devices``) gives them; ``t1`` is required. ``None`` stands for a value chosen at the call (from the
+dtype, the step, the span)."""
 
 _OPTIONS = ("t1", *OPTION_DEFAULTS)
 

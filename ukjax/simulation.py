@@ -58,6 +58,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ukjax import multibody
 from ukjax._entrywise import batched_by_entries
@@ -628,6 +629,7 @@ def simulate_batch(
     chunk_size="auto",
     bucket: bool = True,
     engine: str = "auto",
+    devices="all",
 ) -> Solution:
     """Simulate a batch of scenarios in ONE compiled call: per scenario what ``jax.jit`` of ``jax.vmap`` of
     :func:`simulate` computes.
@@ -680,6 +682,15 @@ def simulate_batch(
     it runs in Pallas's interpret mode: for testing, not speed). ``Solution.engine`` says which ran. Both give
     the same trajectories up to the order of floating-point sums (1e-13 relative in float64,
     tests/test_fused.py); the fused engine's derivatives are the XLA program's.
+
+    ``devices``: where the process has several devices of its default backend (GPUs, or CPU devices from
+    :func:`ukjax.use_cpu_cores`), ``"all"`` (default) splits the batch into equal shares, one per device
+    (``jax.shard_map`` over the batch axis; the last share padded with copies of the last scenario, each
+    share bucketed and chunked as one device's batch), and the devices integrate their shares side by side;
+    an int uses that many of them, ``1`` one device. Each scenario's result is the one-device program's (the
+    same program per share). With one device, and where the call is traced (inside a ``jit``, ``grad`` or
+    ``vmap`` of your own, or with ``throw=True`` or ``progress=True``, whose host callbacks stay on one
+    device), and on the fused engine (not yet measured on several GPUs), the batch runs on one device.
     """
     if not isinstance(bucket, bool):
         raise ValueError(f"bucket must be True or False, got {bucket!r}")
@@ -690,13 +701,57 @@ def simulate_batch(
     # the fused kernel takes any batch (its tile is padded): chunk_size only concerns the XLA program
     program, last = (_simulate_fused, steps) if steps is not None else (_simulate_many, chunk_size)
     batch = q0.shape[0]
-    size = bucket_size(batch, chunk_size) if bucket and not _staged() else batch
+    staged = _staged()
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((system, q0, qd0, params)))
+    spread = _spread_devices(devices, batch)
+    if staged or traced or config.throw or config.progress or steps is not None:
+        spread = ()
+    count = max(len(spread), 1)
+    local = -(-batch // count)  # scenarios per device (the last device's share padded up to it)
+    size = count * (bucket_size(local, chunk_size) if bucket and not staged else local)
+    if spread:
+        program = functools.partial(_simulate_spread, program, spread)
     if size == batch:
         return _run(program, system, config, numbers, q0, qd0, params, last)
-    config = _bucketed(config, batch, size, chunk_size)
+    config = _bucketed(config, local, size // count, chunk_size)
     q0, qd0, params = _pad_batch((q0, qd0, params), size)
     out = _run(program, system, config, numbers, q0, qd0, params, last)
     return _first_rows(out, batch)
+
+
+def _spread_devices(devices, batch: int) -> tuple:
+    """The devices :func:`simulate_batch` splits a batch of ``batch`` scenarios over (``devices``: ``"all"``,
+    the default backend's local devices, or their count): at most one per scenario; ``()`` for one device."""
+    local = jax.local_devices()
+    if devices == "all":
+        count = len(local)
+    elif isinstance(devices, int) and not isinstance(devices, bool) and 1 <= devices <= len(local):
+        count = devices
+    else:
+        raise ValueError(
+            f"devices must be 'all' or a number of devices from 1 to {len(local)} (this process's "
+            f"{jax.default_backend()} devices), got {devices!r}"
+        )
+    count = min(count, batch)
+    return tuple(local[:count]) if count > 1 else ()
+
+
+@eqx.filter_jit
+def _simulate_spread(program, devices, system, config, numbers, q0, qd0, params, last):
+    """``program`` (:func:`_simulate_many` or :func:`_simulate_fused`) run on every device of ``devices`` for
+    its equal share of the batch (``jax.shard_map`` over the batch axis; the system and the numbers
+    replicated): each device integrates its scenarios as one device would, with no communication between
+    them, so every scenario's result is the one-device program's."""
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    split, whole = jax.sharding.PartitionSpec("batch"), jax.sharding.PartitionSpec()
+    shared, static = eqx.partition((system, numbers), eqx.is_array)
+
+    def share(shared_, q0_, qd0_, params_):
+        system_, numbers_ = eqx.combine(shared_, static)
+        return program(system_, config, numbers_, q0_, qd0_, params_, last)
+
+    return jax.shard_map(share, mesh=mesh, in_specs=(whole, split, split, split), out_specs=split,
+                         check_vma=False)(shared, q0, qd0, params)  # fmt: skip
 
 
 ENGINES = ("auto", "xla", "fused")
