@@ -91,6 +91,23 @@ class RunMeter:
         }
 
 
+def add_cpu_devices_argument(parser) -> None:
+    """``--cpu-devices D``: the process gets D CPU devices (:func:`use_cpu_devices`), and a benchmark adds
+    its contender ``ukjax_rk4_<D>devices`` (``scaling.ukjax_batch_split``: the batch split over them)."""
+    parser.add_argument("--cpu-devices", type=int, default=None,
+                        help="give the process this many CPU devices (ukjax.use_cpu_cores) and add the "
+                        "contender ukjax_rk4_<D>devices: simulate_batch splitting the batch over them",
+                        )  # fmt: skip
+
+
+def use_cpu_devices(args) -> None:
+    """``ukjax.use_cpu_cores(args.cpu_devices)`` where ``--cpu-devices`` was given (before any JAX work)."""
+    if args.cpu_devices is not None:
+        import ukjax
+
+        ukjax.use_cpu_cores(args.cpu_devices)
+
+
 def add_rollout_arguments(parser, *, span: float, rounds: int, budget_s: float, probe_steps: int, quick: str,
                           out: str) -> None:
     """The flags of a benchmark that rolls a robot out with ukjax and MuJoCo at a fixed RK4 step: batch

@@ -12,7 +12,9 @@ same scenarios, span and fixed step:
     velocity product by automatic differentiation of φ (a plain ``Holonomic`` of the same φ: the engine
     before A and J̇q̇ came from the tree's point kinematics, ``Tree.point_motion``); ``ukjax_rk4_aba``
     (``--baseline aba``): the same system with its UK solve by the articulated-body algorithm instead of its
-    dense M (the engine before ``System._dense_mass_pays``).
+    dense M (the engine before ``System._dense_mass_pays``); ``ukjax_rk4_<D>devices`` (``--cpu-devices D``,
+    D > 1): ``simulate_batch`` called as users call it in a process of D CPU devices
+    (``ukjax.use_cpu_cores``), which splits the batch over them (scaling.py's ``ukjax_batch_split``).
 (b) ``mujoco_rk4``: ``mujoco.rollout`` of the same file with MuJoCo's RK4 (its integrator in the file), the
     loops as MuJoCo's soft equality constraints (default solref/solimp), the crank held at ω by the file's
     velocity actuator (ctrl = ω), ``--mujoco-threads`` threads (default 1; the JAX contender uses the cores
@@ -28,6 +30,7 @@ and after.
 
     python3 benchmarks/jansen_speed.py --quick     # N = 1, 64; a few minutes
     python3 benchmarks/jansen_speed.py             # N = 1, 64, 1024
+    python3 benchmarks/jansen_speed.py --batch 1024 --cpu-devices 2 --mujoco-threads 2   # both cores each
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from ukjax.studies import jansen
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RunMeter, add_rollout_arguments  # noqa: E402
+from _common import RunMeter, add_cpu_devices_argument, add_rollout_arguments, use_cpu_devices  # noqa: E402
 from scaling import (  # noqa: E402
     MujocoRollout,
     cap_steps,
@@ -57,6 +60,7 @@ from scaling import (  # noqa: E402
     interleaved_row,
     run_interleaved,
     ukjax_batch,
+    ukjax_batch_split,
 )
 from throughput import _write_interleaved  # noqa: E402
 
@@ -153,6 +157,10 @@ def measure(count: int, args, progress) -> dict:
         before: (lambda k: compiled_separate(q0s, qd0s, params, k), compile_separate_s),
         "mujoco_rk4": (lambda k: (mj.run(k), None), mj.compile_s),
     }
+    split = f"ukjax_rk4_{len(jax.devices())}devices"
+    if len(jax.devices()) > 1:  # the batch split over the devices
+        contenders[split] = ukjax_batch_split(system, ukjax.RK4, q0s, qd0s, params, dt=args.dt,
+                                              max_steps=steps + 1, batch_params=spec)  # fmt: skip
     planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
     walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
     one_omega = dict(params, omega=params["omega"][0])
@@ -161,6 +169,8 @@ def measure(count: int, args, progress) -> dict:
         before: ukjax_gaps(robot, one_omega, finals[before][0]),
         "mujoco_rk4": mujoco_gaps(mj, finals["mujoco_rk4"][0]),
     }
+    if split in contenders:
+        gaps[split] = ukjax_gaps(robot, one_omega, finals[split][0])
     rows = {}
     for name in contenders:
         ran = planned[name][0]
@@ -176,9 +186,16 @@ def measure(count: int, args, progress) -> dict:
     # the same steps (a contender above the budget runs fewer): the same trajectories up to round-off
     same_span = planned["ukjax_rk4"][0] == planned[before][0]
     same = float(np.max(np.abs(one - each))) if same_span else None
-    return {"batch": count, "contenders": rows, "mujoco_over_ukjax": cost["mujoco_rk4"] / cost["ukjax_rk4"],
-            "before_over_now": cost[before] / cost["ukjax_rk4"], "baseline": args.baseline,
-            "max_abs_dq_now_vs_before": same}  # fmt: skip
+    out = {"batch": count, "contenders": rows, "mujoco_over_ukjax": cost["mujoco_rk4"] / cost["ukjax_rk4"],
+           "before_over_now": cost[before] / cost["ukjax_rk4"], "baseline": args.baseline,
+           "max_abs_dq_now_vs_before": same}  # fmt: skip
+    if split in contenders:
+        out[f"mujoco_over_{split}"] = cost["mujoco_rk4"] / cost[split]
+        same_span = planned["ukjax_rk4"][0] == planned[split][0]
+        out["max_abs_dq_split_vs_one_device"] = (
+            float(np.max(np.abs(one - np.asarray(finals[split][0])))) if same_span else None
+        )
+    return out
 
 
 def main(argv=None) -> dict:
@@ -191,7 +208,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--baseline", choices=("autodiff", "aba"), default="autodiff",
                         help="the second ukjax contender: the loops' derivatives by autodiff, or the UK "
                         "solve by the articulated-body algorithm instead of the dense M (the engines before)")
+    add_cpu_devices_argument(parser)
     args = parser.parse_args(argv)
+    use_cpu_devices(args)
     if args.quick:
         args.batch, args.rounds = [1, 64], 2
     import mujoco

@@ -12,6 +12,10 @@ over rounds):
 
 * ``ukjax_rk4``: :func:`ukjax.simulate_batch` with ``solver=ukjax.RK4()`` (classical Runge-Kutta, 4
   evaluations per step) and a fixed ``dt``, one compiled program (``scaling.ukjax_batch``), float64;
+* ``ukjax_rk4_<D>devices`` (with ``--cpu-devices D``, D > 1): the same ``simulate_batch`` called as users
+  call it (not inside a ``jit``) in a process of D CPU devices (``ukjax.use_cpu_cores(D)``), which splits
+  the batch into D equal shares integrated side by side; its largest final-angle difference from
+  ``ukjax_rk4`` (one device) is recorded;
 * ``mujoco_rk4_1thread`` and ``mujoco_rk4_<T>threads``: ``mujoco.rollout`` with ``opt.integrator =
   mjINT_RK4`` and one MjData per thread (``scaling.MujocoRollout``), float64.
 
@@ -23,6 +27,7 @@ joint angles between ukjax and MuJoCo (the same ODE and the same method: roundin
     python3 benchmarks/robots_speed.py                  # UR5, N = 1, 64, 1024; 0.5 s at 1 ms
     python3 benchmarks/robots_speed.py --robot panda    # the Panda (9 coordinates: 7 hinges, 2 fingers)
     python3 benchmarks/robots_speed.py --quick          # N = 1, 8; 0.05 s
+    python3 benchmarks/robots_speed.py --cpu-devices 2  # also the batch split over two CPU devices
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 import ukjax
@@ -41,7 +47,13 @@ from ukjax import robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HOMES, add_rollout_arguments, robot_states  # noqa: E402
+from _common import (  # noqa: E402
+    HOMES,
+    add_cpu_devices_argument,
+    add_rollout_arguments,
+    robot_states,
+    use_cpu_devices,
+)
 from scaling import (  # noqa: E402
     MujocoRollout,
     cap_steps,
@@ -49,6 +61,7 @@ from scaling import (  # noqa: E402
     interleaved_row,
     run_interleaved,
     ukjax_batch,
+    ukjax_batch_split,
 )
 from throughput import _write_interleaved  # noqa: E402
 from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
@@ -79,6 +92,11 @@ def measure(robot, path, count, args, progress):
     compiled, compile_s = compile_jit(fn, q0s, qd0s, params, steps)
     contenders["ukjax_rk4"] = (lambda k: compiled(q0s, qd0s, params, k), compile_s)
     progress(f"N={count}: compiled ukjax RK4 in {compile_s:.1f} s")
+    devices = len(jax.devices())
+    if devices > 1:  # the batch split over the devices
+        contenders[f"ukjax_rk4_{devices}devices"] = ukjax_batch_split(
+            system, ukjax.RK4, q0s, qd0s, params, dt=args.dt, max_steps=steps + 1
+        )
     model, mj_compile_s = mujoco_model(path, args.dt)
     rollouts = {}
     for threads in sorted({1, args.threads}):
@@ -87,6 +105,7 @@ def measure(robot, path, count, args, progress):
         contenders[name] = (lambda k, mj=rollouts[name]: (mj.run(k), None), mj_compile_s)
     planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
     walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
+    ours = [name for name in contenders if name.startswith("ukjax")]
     q_ukjax, status = (np.asarray(x) for x in finals["ukjax_rk4"])
     rows = {}
     for name in contenders:
@@ -96,10 +115,15 @@ def measure(robot, path, count, args, progress):
             same = ran == planned["ukjax_rk4"][0]
             q_mj = rollouts[name].positions(finals[name][0])
             rows[name]["max_final_q_difference_rad"] = float(np.max(np.abs(q_mj - q_ukjax))) if same else None
-    rows["ukjax_rk4"]["not_success"] = int(np.sum(status != int(ukjax.RESULTS.success)))
+    for name in ours:
+        q, status = (np.asarray(x) for x in finals[name])
+        rows[name]["not_success"] = int(np.sum(status != int(ukjax.RESULTS.success)))
+        same = planned[name][0] == planned["ukjax_rk4"][0]
+        difference = float(np.max(np.abs(q - q_ukjax))) if same else None
+        rows[name]["max_final_q_difference_from_one_device"] = difference
     ratios = {
-        f"{name} / ukjax_rk4": rows[name]["us_per_step_per_scenario"]
-        / rows["ukjax_rk4"]["us_per_step_per_scenario"]
+        f"{name} / {mine}": rows[name]["us_per_step_per_scenario"] / rows[mine]["us_per_step_per_scenario"]
+        for mine in ours
         for name in rollouts
     }
     return {
@@ -120,7 +144,9 @@ def main(argv=None):
     parser.add_argument("--robot", choices=sorted(HOMES), default="ur5", help="example-robot-data's URDF")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="MuJoCo's 'all threads' count")
     parser.add_argument("--seed", type=int, default=0)
+    add_cpu_devices_argument(parser)
     args = parser.parse_args(argv)
+    use_cpu_devices(args)
     if args.quick:
         args.batch, args.span, args.rounds = [1, 8], 0.05, 2
     import mujoco

@@ -468,12 +468,16 @@ def robots_speed(name: str = ROBOTS_SPEED) -> str:
         c = row["contenders"]
         cells = [str(row["scenarios"])]
         cells += [f"{c[n]['us_per_step_per_scenario']:.3g} µs" for n in names]
-        cells += [f"{row['ratios'][f'{n} / ukjax_rk4']:.2f}×" for n in mujocos]
+        cells += [f"{value:.2f}×" for value in row["ratios"].values()]
         diffs = [c[n]["max_final_q_difference_rad"] for n in mujocos if c[n]["max_final_q_difference_rad"]]
         cells.append(sci(max(diffs)) if diffs else "-")
         rows.append(cells)
-    label = lambda n: n.replace("_", " ").replace("rk4", "RK4").replace("thread", " thread")
-    header = ["N", *[label(n) for n in names], *[f"{label(n)} / ukjax" for n in mujocos], "max Δq (rad)"]
+    label = lambda n: (
+        n.replace("_", " ").replace("rk4", "RK4").replace("thread", " thread").replace("devices", " devices")
+    )
+    ours = lambda key: "ukjax" if key.endswith("/ ukjax_rk4") else label(key.split(" / ")[1])
+    ratios = [f"{label(key.split(' / ')[0])} / {ours(key)}" for key in data["rows"][0]["ratios"]]
+    header = ["N", *[label(n) for n in names], *ratios, "max Δq (rad)"]
     return table(header, rows)
 
 
