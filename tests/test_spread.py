@@ -5,8 +5,9 @@ The suite's processes have one CPU device, so the split itself runs in a subproc
 exactly (each share is integrated by the same program, with no communication), for a batch whose last share
 is padded; the split program's output lies on both devices; a derivative (a traced call: ``jax.jvp``,
 which compiles faster than ``jax.grad``; one check of the arguments for tracers decides both) runs on one
-device and equals the one-device derivative; a batch inside a ``jit`` of the user's is not split. Here: the
-argument checks and ``use_cpu_cores`` refusing a started backend.
+device and equals the one-device derivative; a batch inside a ``jit`` of the user's is not split; a program
+calling jaxlib's batched LAPACK kernels runs on one CPU device, warned once. Here: the argument checks and
+``use_cpu_cores`` refusing a started backend.
 """
 
 import json
@@ -24,7 +25,7 @@ from ukjax.models import scara
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
-import json, sys
+import json, sys, warnings
 import ukjax
 devices = ukjax.use_cpu_cores(2)
 import diffrax, jax, jax.numpy as jnp
@@ -54,6 +55,13 @@ def final(q, devices):
 t1, t2 = (jax.jvp(lambda q: final(q, d), (q0s,), (jnp.ones_like(q0s),))[1] for d in (1, "all"))
 out["tangent"] = float(jnp.max(jnp.abs(t1 - t2)))
 out["tangent_devices"] = len(t2.sharding.device_set)
+# a program that calls jaxlib's batched LAPACK kernels (here the SVD of method="svd") could deadlock on
+# several CPU devices (ukjax.linalg.blocks_on_cpu_pool): it runs on one, with a warning, once
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    lapack = [ukjax.simulate_batch(system, q0s, qd0s, p, method="svd", **kw) for _ in range(2)]
+out["lapack_devices"] = len(lapack[-1].q.sharding.device_set)
+out["lapack_warnings"] = sum("LAPACK" in str(w.message) for w in caught)
 inside = jax.jit(lambda q: ukjax.simulate_batch(system, q, qd0s, p, **kw).q)(q0s)
 out["jit_devices"] = len(inside.sharding.device_set)
 print("RESULT " + json.dumps(out))
@@ -75,6 +83,7 @@ def test_a_batch_split_over_two_cpu_devices_equals_one_device():
     # a traced call (a derivative) runs on one device: the one-device derivative itself
     assert out["tangent"] == 0.0 and out["tangent_devices"] == 1
     assert out["jit_devices"] == 1  # inside the user's jit nothing is split
+    assert out["lapack_devices"] == 1 and out["lapack_warnings"] == 1  # LAPACK on CPU devices: on one, warned
 
 
 @pytest.mark.parametrize("devices", [0, 2, True, "some"])

@@ -38,6 +38,7 @@ import tomllib
 import ukjax
 from ukjax import sweep
 from ukjax.cli import main
+from ukjax.linalg import lapack_calls
 from ukjax.sweep import _run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -506,9 +507,9 @@ def test_lapack_calls_are_found_in_the_lowered_program():
     """The check behind the one-device fallback: jaxlib's LAPACK custom calls in the lowered program, and
     only on several CPU devices."""
     x = jnp.eye(3)
-    assert _run.lapack_calls(jax.jit(jnp.linalg.svd).lower(x)) == {"lapack_dgesdd_ffi"}
-    assert _run.lapack_calls(jax.jit(jnp.linalg.eigh).lower(x)) == {"lapack_dsyevd_ffi"}
-    assert _run.lapack_calls(jax.jit(lambda a: a @ a).lower(x)) == set()
+    assert lapack_calls(jax.jit(jnp.linalg.svd).lower(x)) == {"lapack_dgesdd_ffi"}
+    assert lapack_calls(jax.jit(jnp.linalg.eigh).lower(x)) == {"lapack_dsyevd_ffi"}
+    assert lapack_calls(jax.jit(lambda a: a @ a).lower(x)) == set()
     one = _run._local_mesh(1)
     assert not _run._blocks_on_cpu_pool(one, {"lapack_dgesdd_ffi"})
 

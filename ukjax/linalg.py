@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -176,6 +177,28 @@ _MATERIALIZE_GRAM_FROM = 6
 
 # Default rank tolerance per method, in units of max(m, n) eps (see the module docstring, "Rank decision").
 _RTOL_FACTOR = {"svd": 1.0, "greville": 10.0, "householder": 10.0, "mgs": 10.0, "varga": 10.0}
+
+
+LAPACK_CALL = re.compile(r"custom_call @(lapack_\w+)")
+"""A jaxlib CPU LAPACK kernel in a lowered (StableHLO) program."""
+
+
+def lapack_calls(lowered) -> set[str]:
+    """The jaxlib LAPACK kernels (``lapack_dgesdd_ffi``, ``lapack_dsyevd_ffi``, ...) that a lowered program
+    calls."""
+    return set(LAPACK_CALL.findall(lowered.as_text()))
+
+
+def blocks_on_cpu_pool(devices, lapack: set[str]) -> bool:
+    """Whether several CPU ``devices`` would run the batched LAPACK kernels ``lapack`` at once on one thread
+    pool, which may deadlock: jaxlib 0.10's CPU LAPACK kernels split a large enough batch over XLA:CPU's
+    intra-op pool and block the calling thread until the pieces are done (``jax::ParallelBatchMap``); with
+    several CPU devices each device's program runs on a thread of that same pool, and once every pool thread
+    is a device program blocked in such a call, the pieces never run (``benchmarks/results/
+    sweep-hang-stacks.txt``). A program that calls them runs on one CPU device instead (:mod:`ukjax.sweep`,
+    :func:`ukjax.simulate_batch`)."""
+    devices = list(devices)
+    return bool(lapack) and len(devices) > 1 and devices[0].platform == "cpu"
 
 
 def default_rtol(shape, dtype, method: str = "svd") -> float:

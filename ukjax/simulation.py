@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import warnings
 
 import diffrax
 import equinox as eqx
@@ -67,7 +68,7 @@ from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RT
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_RTOL as DEFAULT_CONSTRAINT_RTOL
 from ukjax.diagnostics import _diagnostics, _status
-from ukjax.linalg import looped_factorizations
+from ukjax.linalg import blocks_on_cpu_pool, lapack_calls, looped_factorizations
 from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
@@ -690,7 +691,10 @@ def simulate_batch(
     an int uses that many of them, ``1`` one device. Each scenario's result is the one-device program's (the
     same program per share). With one device, and where the call is traced (inside a ``jit``, ``grad`` or
     ``vmap`` of your own, or with ``throw=True`` or ``progress=True``, whose host callbacks stay on one
-    device), and on the fused engine (not yet measured on several GPUs), the batch runs on one device.
+    device), and on the fused engine (not yet measured on several GPUs), the batch runs on one device; so
+    does a program that calls jaxlib's batched LAPACK kernels (a user's ``jnp.linalg`` call, ``method="svd"``)
+    on CPU devices, with a warning: several CPU devices running them at once can deadlock
+    (:func:`ukjax.linalg.blocks_on_cpu_pool`).
     """
     if not isinstance(bucket, bool):
         raise ValueError(f"bucket must be True or False, got {bucket!r}")
@@ -709,14 +713,14 @@ def simulate_batch(
     count = max(len(spread), 1)
     local = -(-batch // count)  # scenarios per device (the last device's share padded up to it)
     size = count * (bucket_size(local, chunk_size) if bucket and not staged else local)
-    if spread:
+    if size != batch:
+        config = _bucketed(config, local, size // count, chunk_size)
+        q0, qd0, params = _pad_batch((q0, qd0, params), size)
+    args = (system, config, numbers, q0, qd0, params, last)
+    if spread and _split_safely(program, spread, args):
         program = functools.partial(_simulate_spread, program, spread)
-    if size == batch:
-        return _run(program, system, config, numbers, q0, qd0, params, last)
-    config = _bucketed(config, local, size // count, chunk_size)
-    q0, qd0, params = _pad_batch((q0, qd0, params), size)
-    out = _run(program, system, config, numbers, q0, qd0, params, last)
-    return _first_rows(out, batch)
+    out = _run(program, *args)
+    return out if size == batch else _first_rows(out, batch)
 
 
 def _spread_devices(devices, batch: int) -> tuple:
@@ -734,6 +738,43 @@ def _spread_devices(devices, batch: int) -> tuple:
         )
     count = min(count, batch)
     return tuple(local[:count]) if count > 1 else ()
+
+
+_SPLIT_SAFELY: dict = {}
+"""Whether a split program may run split, per program (its static parts, argument shapes and devices)."""
+
+
+def _split_safely(program, devices, args) -> bool:
+    """Whether ``program`` may run split over ``devices`` (:func:`_simulate_spread`): not where it calls
+    jaxlib's batched LAPACK kernels and the devices are CPUs (:func:`ukjax.linalg.blocks_on_cpu_pool`: it may
+    deadlock; it then runs on one device, with a warning). Decided from the split program's lowering, once
+    per program."""
+    if devices[0].platform != "cpu":
+        return True
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    fixed, fixed_tree = jax.tree_util.tree_flatten(static)
+    shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(dynamic))
+    key = (program, devices, fixed_tree, tuple(fixed), jax.tree_util.tree_structure(dynamic), shapes)
+    try:
+        found = _SPLIT_SAFELY.get(key)
+    except TypeError:  # a static part that cannot be hashed: decided at every call
+        key, found = None, None
+    if found is not None:
+        return found
+    lapack = lapack_calls(_simulate_spread.lower(program, devices, *args))
+    safe = not blocks_on_cpu_pool(devices, lapack)
+    if not safe:
+        kernels = ", ".join(sorted(lapack))
+        warnings.warn(
+            f"ukjax.simulate_batch: the program calls jaxlib's batched LAPACK kernels ({kernels}), which can "
+            f"deadlock when {len(devices)} CPU devices run them at once on one thread pool (jaxlib 0.10); "
+            "running the batch on one CPU device instead (the same results)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if key is not None:
+        _SPLIT_SAFELY[key] = safe
+    return safe
 
 
 @eqx.filter_jit

@@ -40,8 +40,8 @@
   that same pool; once every pool thread is a device program blocked in such a call, the pieces they wait
   for can never run, and the sweep hangs at 0 % CPU (native stacks of a hung SCARA sweep on 2 devices:
   ``benchmarks/results/sweep-hang-stacks.txt``). So a sub-sweep whose lowered program calls a LAPACK kernel
-  (:func:`lapack_calls`) runs on one device when the devices are CPUs, with a warning: the same table, at the
-  throughput of one device (simulated CPU devices share the machine's cores anyway).
+  (:func:`ukjax.linalg.lapack_calls`) runs on one device when the devices are CPUs, with a warning: the same
+  table, at the throughput of one device (simulated CPU devices share the machine's cores anyway).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from jax.sharding import PartitionSpec as P
 
 from ukjax._io import ResultWriteError, folder_lock, stale_temporary
 from ukjax.fused import is_explicit_runge_kutta
+from ukjax.linalg import blocks_on_cpu_pool, lapack_calls
 from ukjax.simulation import RESULTS, Solution, simulate_batch
 from ukjax.sweep import _store
 from ukjax.sweep._models import _import, load_model
@@ -274,19 +275,10 @@ def chunk_function(spec: Spec, plan: Plan, model, s: int, mesh: Mesh, user_metri
     return jax.jit(sharded)
 
 
-LAPACK_CALL = re.compile(r"custom_call @(lapack_\w+)")
-"""A jaxlib CPU LAPACK kernel in a lowered (StableHLO) program."""
-
-
-def lapack_calls(lowered) -> set[str]:
-    """The jaxlib LAPACK kernels (``lapack_dgesdd_ffi``, ``lapack_dsyevd_ffi``, ...) that a lowered program
-    calls."""
-    return set(LAPACK_CALL.findall(lowered.as_text()))
-
-
 def _blocks_on_cpu_pool(mesh: Mesh, lapack: set[str]) -> bool:
-    """Several CPU devices would run batched LAPACK kernels at once on one thread pool: may deadlock."""
-    return bool(lapack) and mesh.size > 1 and mesh.devices.flat[0].platform == "cpu"
+    """Several CPU devices would run batched LAPACK kernels at once on one thread pool: may deadlock
+    (:func:`ukjax.linalg.blocks_on_cpu_pool`)."""
+    return blocks_on_cpu_pool(mesh.devices.flat, lapack)
 
 
 def _prepare(spec, out, devices):
