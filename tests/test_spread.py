@@ -103,3 +103,22 @@ def test_use_cpu_cores_checks_its_count_and_refuses_a_started_backend(monkeypatc
         ukjax.use_cpu_cores(2)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
     assert ukjax.use_cpu_cores() == 3  # a count the user set in XLA_FLAGS is left as it is
+
+
+@pytest.mark.parametrize("argv, expected", [([], [None]), (["--devices", "3"], [3]), (["--devices", "0"], []),
+                                            (["--coordinator", "localhost:1", "--num-processes", "1",
+                                              "--process-id", "0"], [])])  # fmt: skip
+def test_ukjax_sweep_asks_one_cpu_device_per_core_in_one_cpu_only_process(monkeypatch, argv, expected):
+    """``ukjax sweep`` in one process of a CPU-only machine asks for one CPU device per core (``--devices D``:
+    D), before any JAX computation; a multi-process run (``--coordinator``) does not, and neither does an
+    invalid count (the sweep names it). Recorded here instead of done: this process's JAX has started."""
+    from ukjax import _config, cli
+    from ukjax.sweep import _cli
+
+    asked = []
+    monkeypatch.setattr(_config, "use_cpu_cores", lambda count=None: asked.append(count) or 1)
+    monkeypatch.setattr(_config, "cpu_only_process", lambda: True)
+    monkeypatch.setattr("ukjax.sweep.initialize_distributed", lambda *args: None)
+    parser, _ = cli._parser()
+    _cli.initialize(parser.parse_args(["sweep", "scara", *argv]))
+    assert asked == expected
