@@ -78,9 +78,9 @@ def initialize(args) -> None:
     sweep splits its chunks over (before any JAX computation; where JAX has started already, as when the
     command runs inside a Python program, its devices stay as they are).
 
-    Why: a sweep on one CPU device keeps ~1.2 of 2 cores busy. Measured (``benchmarks/sweep.py``,
-    ``results/sweep-amd-epyc-2c.json``: 4096 SCARA scenarios x 200 Tsit5 steps, 2-core CPU): 4.85 s on one
-    device, 2.95 s on two."""
+    Why: a sweep on one CPU device keeps ~1.1 of 2 cores busy. Measured (``benchmarks/sweep.py``,
+    ``results/sweep-amd-epyc-2c-session21.json``: 4096 SCARA scenarios x 200 Tsit5 steps, 2-core CPU, load
+    1.6-2.1): 1.89 s on one device, 0.95 s on two."""
     if args.coordinator is not None or args.distributed:
         from ukjax.sweep import initialize_distributed
 
