@@ -50,7 +50,8 @@ def run_demo(flags: str, folder: Path | None = None, python_gc: bool = False, tr
     """One ``ukjax demo`` in a fresh process with ``XLA_FLAGS=flags`` and the caches in ``folder`` (a new,
     empty one by default; a folder of an earlier run to measure a second run), ``env_extra`` in its
     environment, ukjax imported from ``tree`` (a checkout of another commit; default: the installed one);
-    its timings."""
+    its timings. It runs in ``folder``: ``python -m`` puts its working directory first on ``sys.path``, so a
+    run from a checkout would import that checkout's ukjax, not ``tree``'s."""
     folder = Path(tempfile.mkdtemp(prefix="ukjax-demo-bench-")) if folder is None else folder
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(XLA_FLAGS=flags, UKJAX_CACHE_DIR=str(folder / "cache"), **env_extra)
@@ -60,7 +61,7 @@ def run_demo(flags: str, folder: Path | None = None, python_gc: bool = False, tr
     done = subprocess.run(
         [sys.executable, *(["-c", PYTHON_GC] if python_gc else ["-m", "ukjax.cli"]), "demo",
          "--out", str(folder / "out"), "--no-progress", "--overwrite"],
-        capture_output=True, text=True, env=env,
+        capture_output=True, text=True, env=env, cwd=folder,
     )  # fmt: skip
     wall = time.perf_counter() - tic
     if done.returncode != 0:

@@ -101,6 +101,9 @@ def test_use_cpu_cores_checks_its_count_and_refuses_a_started_backend(monkeypatc
         ukjax.use_cpu_cores(0)
     with pytest.raises(RuntimeError, match="before the first JAX computation"):
         ukjax.use_cpu_cores(2)
+    # ukjax's own commands ask only where JAX has not started (run inside a Python program: devices kept)
+    monkeypatch.setattr(ukjax._config, "cpu_only_process", lambda: True)
+    assert ukjax._config.use_cpu_cores_if_starting(2) is None
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
     assert ukjax.use_cpu_cores() == 3  # a count the user set in XLA_FLAGS is left as it is
 

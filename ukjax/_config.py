@@ -172,6 +172,19 @@ def use_cpu_cores(count: int | None = None) -> int:
     return count
 
 
+def use_cpu_cores_if_starting(count: int | None = None) -> int | None:
+    """:func:`use_cpu_cores` for a command of ukjax's own (``ukjax sweep``): in a CPU-only
+    process (:func:`cpu_only_process`) whose JAX has not started; where JAX has started already (the command
+    run inside a Python program) or an accelerator may start, nothing. The number of CPU devices set, or
+    None."""
+    if not cpu_only_process():
+        return None
+    try:
+        return use_cpu_cores(count)
+    except RuntimeError:  # JAX has started in this process: its devices stay as they are
+        return None
+
+
 TRACING_GC_THRESHOLD = (10_000, 50, 100)
 """Python's cyclic garbage collector's thresholds while a process traces programs
 (:func:`fewer_garbage_collections`; Python's default is (700, 10, 10))."""

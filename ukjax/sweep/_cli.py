@@ -86,13 +86,10 @@ def initialize(args) -> None:
 
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         return
-    from ukjax._config import cpu_only_process, use_cpu_cores
+    from ukjax._config import use_cpu_cores_if_starting
 
-    if cpu_only_process() and (args.devices is None or args.devices >= 1):  # else the sweep names the error
-        try:
-            use_cpu_cores(args.devices)
-        except RuntimeError:  # JAX has started in this process: its devices are what the sweep gets
-            pass
+    if args.devices is None or args.devices >= 1:  # else the sweep names the error
+        use_cpu_cores_if_starting(args.devices)
 
 
 def shipped_table() -> str:
