@@ -742,6 +742,7 @@ def _spread_devices(devices, batch: int) -> tuple:
 
 _SPLIT_SAFELY: dict = {}
 """Whether a split program may run split, per program (its static parts, argument shapes and devices)."""
+_SPLIT_SAFELY_KEPT = 256
 
 
 def _split_safely(program, devices, args) -> bool:
@@ -773,16 +774,18 @@ def _split_safely(program, devices, args) -> bool:
             stacklevel=3,
         )
     if key is not None:
+        if len(_SPLIT_SAFELY) >= _SPLIT_SAFELY_KEPT:  # the keys hold systems: keep a bounded number
+            _SPLIT_SAFELY.clear()
         _SPLIT_SAFELY[key] = safe
     return safe
 
 
 @eqx.filter_jit
 def _simulate_spread(program, devices, system, config, numbers, q0, qd0, params, last):
-    """``program`` (:func:`_simulate_many` or :func:`_simulate_fused`) run on every device of ``devices`` for
-    its equal share of the batch (``jax.shard_map`` over the batch axis; the system and the numbers
-    replicated): each device integrates its scenarios as one device would, with no communication between
-    them, so every scenario's result is the one-device program's."""
+    """``program`` (:func:`_simulate_many`; the fused engine is not split yet) run on every device of
+    ``devices`` for its equal share of the batch (``jax.shard_map`` over the batch axis; the system and the
+    numbers replicated): each device integrates its scenarios as one device would, with no communication
+    between them, so every scenario's result is the one-device program's."""
     mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
     split, whole = jax.sharding.PartitionSpec("batch"), jax.sharding.PartitionSpec()
     shared, static = eqx.partition((system, numbers), eqx.is_array)
