@@ -3,11 +3,11 @@
 The suite's processes have one CPU device, so the split itself runs in a subprocess with two
 (``ukjax.use_cpu_cores(2)``): there the SCARA batch split over both devices must equal the one-device program
 exactly (each share is integrated by the same program, with no communication), for a batch whose last share
-is padded; the split program's output lies on both devices; a derivative (a traced call: ``jax.jvp``,
-which compiles faster than ``jax.grad``; one check of the arguments for tracers decides both) runs on one
-device and equals the one-device derivative; a batch inside a ``jit`` of the user's is not split; a program
-calling jaxlib's batched LAPACK kernels runs on one CPU device, warned once. Here: the argument checks and
-``use_cpu_cores`` refusing a started backend.
+is padded, also from inputs the user put on one device; the split program's output lies on both devices; a
+derivative (a traced call: ``jax.jvp``, which compiles faster than ``jax.grad``; one check of the arguments
+for tracers decides both) runs on one device and equals the one-device derivative; a batch inside a ``jit``
+of the user's is not split; a program calling jaxlib's batched LAPACK kernels runs on one CPU device, warned
+once. Here: the argument checks and ``use_cpu_cores`` refusing a started backend.
 """
 
 import json
@@ -46,6 +46,11 @@ out["qdd"] = float(jnp.max(jnp.abs(one.qdd - both.qdd)))
 out["status"] = bool(jnp.all(one.status == both.status))
 out["devices"] = len(both.q.sharding.device_set)
 out["one_devices"] = len(one.q.sharding.device_set)
+# inputs the user put on one device (the second) are split too: the same program, the same numbers
+on_second = jax.device_put((q0s, qd0s, p), jax.devices()[1])
+placed = ukjax.simulate_batch(system, *on_second, **kw)
+out["committed"] = float(jnp.max(jnp.abs(placed.q - one.q)))
+out["committed_devices"] = len(placed.q.sharding.device_set)
 
 def final(q, devices):
     forward = diffrax.ForwardMode()
@@ -80,6 +85,7 @@ def test_a_batch_split_over_two_cpu_devices_equals_one_device():
     # the same program per share, no communication: the same numbers bit for bit
     assert out["q"] == 0.0 and out["qdd"] == 0.0 and out["status"]
     assert out["devices"] == 2 and out["one_devices"] == 1  # the split program's output lies on both
+    assert out["committed"] == 0.0 and out["committed_devices"] == 2
     # a traced call (a derivative) runs on one device: the one-device derivative itself
     assert out["tangent"] == 0.0 and out["tangent_devices"] == 1
     assert out["jit_devices"] == 1  # inside the user's jit nothing is split

@@ -717,8 +717,9 @@ def simulate_batch(
         config = _bucketed(config, local, size // count, chunk_size)
         q0, qd0, params = _pad_batch((q0, qd0, params), size)
     args = (system, config, numbers, q0, qd0, params, last)
-    if spread and _split_safely(program, spread, args):
-        program = functools.partial(_simulate_spread, program, spread)
+    placed = _placed(spread, args) if spread else args
+    if spread and _split_safely(program, spread, placed):
+        program, args = functools.partial(_simulate_spread, program, spread), placed
     out = _run(program, *args)
     return out if size == batch else _first_rows(out, batch)
 
@@ -738,6 +739,20 @@ def _spread_devices(devices, batch: int) -> tuple:
         )
     count = min(count, batch)
     return tuple(local[:count]) if count > 1 else ()
+
+
+def _placed(devices, args):
+    """The arguments of a split program on its ``devices``: the batch (q0, q̇0, parameters) split into equal
+    shares, the system and the numbers replicated (arrays the caller put on one device of them would
+    otherwise be refused by the split program)."""
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    put = lambda tree, where: jax.tree_util.tree_map(
+        lambda x: jax.device_put(x, where) if eqx.is_array(x) else x, tree
+    )
+    system, config, numbers, q0, qd0, params, last = args
+    return (put(system, whole), config, put(numbers, whole), *put((q0, qd0, params), split), last)
 
 
 _SPLIT_SAFELY: dict = {}
