@@ -93,7 +93,7 @@ class RunMeter:
 
 def add_cpu_devices_argument(parser) -> None:
     """``--cpu-devices D``: the process gets D CPU devices (:func:`use_cpu_devices`), and a benchmark adds
-    its contender ``ukjax_rk4_<D>devices`` (``scaling.ukjax_batch_split``: the batch split over them)."""
+    its contender ``ukjax_rk4_<D>devices`` (``scaling.split_contenders``: the batch split over them)."""
     parser.add_argument("--cpu-devices", type=int, default=None,
                         help="give the process this many CPU devices (ukjax.use_cpu_cores) and add the "
                         "contender ukjax_rk4_<D>devices: simulate_batch splitting the batch over them",

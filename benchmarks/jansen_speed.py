@@ -14,7 +14,7 @@ same scenarios, span and fixed step:
     (``--baseline aba``): the same system with its UK solve by the articulated-body algorithm instead of its
     dense M (the engine before ``System._dense_mass_pays``); ``ukjax_rk4_<D>devices`` (``--cpu-devices D``,
     D > 1): ``simulate_batch`` called as users call it in a process of D CPU devices
-    (``ukjax.use_cpu_cores``), which splits the batch over them (scaling.py's ``ukjax_batch_split``).
+    (``ukjax.use_cpu_cores``), which splits the batch over them (scaling.py's ``split_contenders``).
 (b) ``mujoco_rk4``: ``mujoco.rollout`` of the same file with MuJoCo's RK4 (its integrator in the file), the
     loops as MuJoCo's soft equality constraints (default solref/solimp), the crank held at ω by the file's
     velocity actuator (ctrl = ω), ``--mujoco-threads`` threads (default 1; the JAX contender uses the cores
@@ -59,8 +59,8 @@ from scaling import (  # noqa: E402
     compile_jit,
     interleaved_row,
     run_interleaved,
+    split_contenders,
     ukjax_batch,
-    ukjax_batch_split,
 )
 from throughput import _write_interleaved  # noqa: E402
 
@@ -157,10 +157,10 @@ def measure(count: int, args, progress) -> dict:
         before: (lambda k: compiled_separate(q0s, qd0s, params, k), compile_separate_s),
         "mujoco_rk4": (lambda k: (mj.run(k), None), mj.compile_s),
     }
-    split = f"ukjax_rk4_{len(jax.devices())}devices"
-    if len(jax.devices()) > 1:  # the batch split over the devices
-        contenders[split] = ukjax_batch_split(system, ukjax.RK4, q0s, qd0s, params, dt=args.dt,
-                                              max_steps=steps + 1, batch_params=spec)  # fmt: skip
+    splits = split_contenders(system, ukjax.RK4, q0s, qd0s, params, dt=args.dt, max_steps=steps + 1,
+                              batch_params=spec)  # fmt: skip
+    contenders |= splits
+    split = next(iter(splits), None)  # its name, or None on one device
     planned = {name: cap_steps(run, steps, count, args) for name, (run, _) in contenders.items()}
     walls, cpus, finals = run_interleaved(contenders, planned, args.rounds, progress, f"N={count}")
     one_omega = dict(params, omega=params["omega"][0])
@@ -169,7 +169,7 @@ def measure(count: int, args, progress) -> dict:
         before: ukjax_gaps(robot, one_omega, finals[before][0]),
         "mujoco_rk4": mujoco_gaps(mj, finals["mujoco_rk4"][0]),
     }
-    if split in contenders:
+    if split is not None:
         gaps[split] = ukjax_gaps(robot, one_omega, finals[split][0])
     rows = {}
     for name in contenders:
@@ -189,7 +189,7 @@ def measure(count: int, args, progress) -> dict:
     out = {"batch": count, "contenders": rows, "mujoco_over_ukjax": cost["mujoco_rk4"] / cost["ukjax_rk4"],
            "before_over_now": cost[before] / cost["ukjax_rk4"], "baseline": args.baseline,
            "max_abs_dq_now_vs_before": same}  # fmt: skip
-    if split in contenders:
+    if split is not None:
         out[f"mujoco_over_{split}"] = cost["mujoco_rk4"] / cost[split]
         same_span = planned["ukjax_rk4"][0] == planned[split][0]
         out["max_abs_dq_split_vs_one_device"] = (

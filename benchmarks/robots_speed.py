@@ -39,7 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import ukjax
@@ -60,8 +59,8 @@ from scaling import (  # noqa: E402
     compile_jit,
     interleaved_row,
     run_interleaved,
+    split_contenders,
     ukjax_batch,
-    ukjax_batch_split,
 )
 from throughput import _write_interleaved  # noqa: E402
 from validate_robots import ROBOTS, mujoco_urdf_model  # noqa: E402
@@ -92,11 +91,7 @@ def measure(robot, path, count, args, progress):
     compiled, compile_s = compile_jit(fn, q0s, qd0s, params, steps)
     contenders["ukjax_rk4"] = (lambda k: compiled(q0s, qd0s, params, k), compile_s)
     progress(f"N={count}: compiled ukjax RK4 in {compile_s:.1f} s")
-    devices = len(jax.devices())
-    if devices > 1:  # the batch split over the devices
-        contenders[f"ukjax_rk4_{devices}devices"] = ukjax_batch_split(
-            system, ukjax.RK4, q0s, qd0s, params, dt=args.dt, max_steps=steps + 1
-        )
+    contenders |= split_contenders(system, ukjax.RK4, q0s, qd0s, params, dt=args.dt, max_steps=steps + 1)
     model, mj_compile_s = mujoco_model(path, args.dt)
     rollouts = {}
     for threads in sorted({1, args.threads}):

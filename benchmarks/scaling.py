@@ -287,11 +287,14 @@ def ukjax_batch(system, solver, q0, qd0, p, steps, *, dt, max_steps, batch_param
     return sol.q[:, -1], sol.status
 
 
-def ukjax_batch_split(system, solver, q0, qd0, p, *, dt, max_steps, batch_params=False):
-    """``(run, seconds of its first call)``: ``run(k)`` is :func:`ukjax_batch` with ``simulate_batch`` called
-    as users call it, not inside a ``jit``, so that in a process of several devices (``ukjax.use_cpu_cores``)
-    it splits the batch over them. The untimed first call of :func:`cap_steps` asks one step; a span holds
-    at least two."""
+def split_contenders(system, solver, q0, qd0, p, *, dt, max_steps, batch_params=False) -> dict:
+    """``{"ukjax_rk4_<D>devices": (run, seconds of its first call)}`` in a process of D > 1 devices
+    (``ukjax.use_cpu_cores``), else ``{}``: ``run(k)`` is :func:`ukjax_batch` with ``simulate_batch`` called
+    as users call it, not inside a ``jit``, so that it splits the batch over the devices. The untimed first
+    call of :func:`cap_steps` asks one step; a span holds at least two."""
+    devices = len(jax.devices())
+    if devices == 1:
+        return {}
 
     def run(k):
         t1 = max(k, 2) * dt
@@ -301,7 +304,7 @@ def ukjax_batch_split(system, solver, q0, qd0, p, *, dt, max_steps, batch_params
 
     start = time.perf_counter()
     jax.block_until_ready(run(2))
-    return run, time.perf_counter() - start
+    return {f"ukjax_{solver.__name__.lower()}_{devices}devices": (run, time.perf_counter() - start)}
 
 
 # ----------------------------------------------------------------------------------------------- measuring

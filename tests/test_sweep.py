@@ -38,7 +38,7 @@ import tomllib
 import ukjax
 from ukjax import sweep
 from ukjax.cli import main
-from ukjax.linalg import lapack_calls
+from ukjax.linalg import blocks_on_cpu_pool, lapack_calls
 from ukjax.sweep import _run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -511,7 +511,7 @@ def test_lapack_calls_are_found_in_the_lowered_program():
     assert lapack_calls(jax.jit(jnp.linalg.eigh).lower(x)) == {"lapack_dsyevd_ffi"}
     assert lapack_calls(jax.jit(lambda a: a @ a).lower(x)) == set()
     one = _run._local_mesh(1)
-    assert not _run._blocks_on_cpu_pool(one, {"lapack_dgesdd_ffi"})
+    assert not blocks_on_cpu_pool(one.devices.flat, {"lapack_dgesdd_ffi"})
 
 
 def test_killed_run_resumes_to_the_same_table(reference, spec_file, tmp_path):

@@ -706,9 +706,9 @@ def simulate_batch(
     program, last = (_simulate_fused, steps) if steps is not None else (_simulate_many, chunk_size)
     batch = q0.shape[0]
     staged = _staged()
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((system, q0, qd0, params)))
     spread = _spread_devices(devices, batch)
-    if staged or traced or config.throw or config.progress or steps is not None:
+    one_device = staged or config.throw or config.progress or steps is not None  # (host callbacks, fused)
+    if spread and (one_device or _traced(system, q0, qd0, params)):
         spread = ()
     count = max(len(spread), 1)
     local = -(-batch // count)  # scenarios per device (the last device's share padded up to it)
@@ -722,6 +722,17 @@ def simulate_batch(
         program, args = functools.partial(_simulate_spread, program, spread), placed
     out = _run(program, *args)
     return out if size == batch else _first_rows(out, batch)
+
+
+def _traced(*trees) -> bool:
+    """Whether any leaf is a tracer: the call is inside a transformation of the user's (``grad``,
+    ``vmap``)."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
+
+
+def _batch_mesh(devices):
+    """The one-axis mesh (``"batch"``) a split batch's shares lie on."""
+    return jax.sharding.Mesh(np.asarray(devices), ("batch",))
 
 
 def _spread_devices(devices, batch: int) -> tuple:
@@ -745,7 +756,7 @@ def _placed(devices, args):
     """The arguments of a split program on its ``devices``: the batch (q0, q̇0, parameters) split into equal
     shares, the system and the numbers replicated (arrays the caller put on one device of them would
     otherwise be refused by the split program)."""
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    mesh = _batch_mesh(devices)
     split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
     whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     put = lambda tree, where: jax.tree_util.tree_map(
@@ -801,7 +812,7 @@ def _simulate_spread(program, devices, system, config, numbers, q0, qd0, params,
     ``devices`` for its equal share of the batch (``jax.shard_map`` over the batch axis; the system and the
     numbers replicated): each device integrates its scenarios as one device would, with no communication
     between them, so every scenario's result is the one-device program's."""
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    mesh = _batch_mesh(devices)
     split, whole = jax.sharding.PartitionSpec("batch"), jax.sharding.PartitionSpec()
     shared, static = eqx.partition((system, numbers), eqx.is_array)
 

@@ -275,12 +275,6 @@ def chunk_function(spec: Spec, plan: Plan, model, s: int, mesh: Mesh, user_metri
     return jax.jit(sharded)
 
 
-def _blocks_on_cpu_pool(mesh: Mesh, lapack: set[str]) -> bool:
-    """Several CPU devices would run batched LAPACK kernels at once on one thread pool: may deadlock
-    (:func:`ukjax.linalg.blocks_on_cpu_pool`)."""
-    return blocks_on_cpu_pool(mesh.devices.flat, lapack)
-
-
 def _prepare(spec, out, devices):
     """Everything checked before anything is compiled or written."""
     spec = load_spec(spec)
@@ -817,7 +811,7 @@ def _compiled(spec, plan, model, s, mesh, user, numbers, ident) -> _Compiled:
         lowered = _lower(spec, plan, model, s, mesh, user, numbers)
         lapack = lapack_calls(lowered)
         fallback = set()
-        if _blocks_on_cpu_pool(mesh, lapack):
+        if blocks_on_cpu_pool(mesh.devices.flat, lapack):
             fallback = lapack
             values = {k: v for k, v in plan.integrator_values(s).items() if k in STATIC_INTEGRATOR}
             where = f" (integrator {values})" if values else ""
