@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ukjax import _programs
-from ukjax._programs import READ, TRACED, compiled_program, program_key
+from ukjax._programs import READ, TRACED, compiled_pipeline, compiled_program, program_key
 
 
 def _program(x, y):
@@ -65,6 +65,29 @@ def test_a_bad_file_is_traced_again_and_replaced(tmp_path):
     assert how == TRACED and kept.stat().st_size > 100
     np.testing.assert_array_equal(compiled(*ARGS)["sum"], jax.jit(_program)(*ARGS)["sum"])
     assert compiled_program("p", _program, ARGS, {}, folder=tmp_path)[1] == READ
+
+
+def _rest(x, y, first):
+    return {"total": first["sum"] + jnp.sum(first["max"]) * y[0], "twice": 2.0 * first["max"]}
+
+
+def test_a_pipeline_compiles_two_programs_side_by_side_and_reads_both_back(tmp_path):
+    """``compiled_pipeline`` (``ukjax demo``'s two chunk programs): ``run(*args)`` is
+    ``second(*args, first(*args))`` bit for bit, the first compiled on a thread while the second is traced; a
+    second call reads both programs back; with one of the two files gone both are traced again."""
+    run, how = compiled_pipeline("pipe", _program, _rest, ARGS, {"k": 1}, folder=tmp_path)
+    assert how == TRACED and len(_kept(tmp_path)) == 2
+    expected = jax.jit(lambda x, y: _rest(x, y, _program(x, y)))(*ARGS)
+    again, how_again = compiled_pipeline("pipe", _program, _rest, ARGS, {"k": 1}, folder=tmp_path)
+    assert how_again == READ
+    for out in (run(*ARGS), again(*ARGS)):
+        for name in expected:
+            np.testing.assert_array_equal(out[name], expected[name])
+    (tmp_path / _kept(tmp_path)[0]).unlink()
+    assert compiled_pipeline("pipe", _program, _rest, ARGS, {"k": 1}, folder=tmp_path)[1] == TRACED
+    assert len(_kept(tmp_path)) == 2
+    with pytest.raises(TypeError):  # an error in the first program reaches the caller
+        compiled_pipeline("bad", lambda x, y: x @ jnp.ones((5, 5)), _rest, ARGS, {}, folder=tmp_path)
 
 
 def test_without_serialization_or_a_cache_the_program_is_traced(tmp_path, monkeypatch):

@@ -283,6 +283,36 @@ def test_a_fixed_step_batch_is_one_solve_in_which_a_diverging_scenario_stays_its
     assert [int(n) for n in batch.num_steps] == [100] * 3 and int(singles[1].num_steps) < 100
 
 
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_a_fixed_step_batch_in_two_programs_is_simulate_batch(chunk_size):
+    """``simulation._fixed_step_stage`` (what ``ukjax demo`` compiles as two programs, side by side): the
+    integration in one program, the UK solve and diagnostics at the saves in a second, gives bit for bit
+    what ``simulate_batch`` gives inside a ``jit`` (the same batch, unpadded): the same operations on the
+    same values. A diverging scenario's inf saves and diffrax's result cross between the programs. Whole
+    and in chunks of 2 (3 scenarios: one padded)."""
+    q0, qd0 = pendulum_state(1.0, 0.0, 0.8)
+    params = [pendulum_params(c=0.1), pendulum_params(alpha=0.0, beta=1e5), pendulum_params(m=2.0, c=0.3)]
+    q0s, qd0s = jnp.stack([q0, 1.1 * q0, q0]), jnp.stack([qd0] * 3)
+    batched = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
+    options = dict(FIXED, batch_params=True, chunk_size=chunk_size)
+    stage = simulation._fixed_step_stage
+    integrate = jax.jit(lambda q, qd, p: stage(PENDULUM, q, qd, p, **options))
+    finish = jax.jit(lambda q, qd, p, states: stage(PENDULUM, q, qd, p, states, **options))
+    states = integrate(q0s, qd0s, batched)
+    assert all(isinstance(x, jax.Array) for x in jax.tree_util.tree_leaves(states))  # a program's output
+    staged = finish(q0s, qd0s, batched, states)
+    whole = jax.jit(lambda q, qd, p: simulate_batch(PENDULUM, q, qd, p, **options))(q0s, qd0s, batched)
+    assert [int(s) for s in staged.status] == [RESULTS.success, RESULTS.nonfinite_state, RESULTS.success]
+    assert staged.num_steps.tolist() == [100] * 3
+    leaves = jax.tree_util.tree_leaves
+    for got, expected in zip(leaves(staged), leaves(whole), strict=True):
+        assert np.array_equal(got, expected, equal_nan=True)
+    with pytest.raises(ValueError, match="inside jax.jit"):
+        stage(PENDULUM, q0s, qd0s, batched, **options)
+    with pytest.raises(ValueError, match="fixed step"):
+        jax.jit(lambda q: stage(PENDULUM, q, qd0s, batched, batch_params=True, t1=1.0))(q0s)
+
+
 def test_nonfinite_force_during_an_adaptive_run_collapses_the_step():
     # Q = sqrt(0.5 - t) is NaN after t = 0.5: the controller rejects NaN steps until dt < 1e-12 (t1 - t0) and
     # stops (measured 109 steps) instead of spending max_steps on rejected steps.

@@ -26,6 +26,7 @@ import os
 import pickle
 import platform
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -157,3 +158,30 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
     compiled = jax.jit(fn).lower(*args).compile()
     _keep(path, compiled)
     return compiled, TRACED
+
+
+def compiled_pipeline(name: str, first, second, args, options: dict, folder: Path | None = None):
+    """``(run, how)``: ``run(*args)`` computes ``second(*args, first(*args))`` with two compiled programs,
+    read from the program cache as :func:`compiled_program` reads one (``how`` = :data:`READ` when both were
+    there), traced and compiled otherwise (:data:`TRACED`): ``first`` traced, then XLA compiles it on a
+    thread of its own while ``second`` is traced and compiled (XLA's compile releases Python's lock). On a
+    CPU with two cores or more the two compilations overlap each other and the second trace; ``run``'s
+    two calls are dispatched without waiting in between.
+
+    ``first`` and ``second`` as ``fn`` of :func:`compiled_program` (ukjax's own code, fixed by ``options``
+    and the arguments' tree, shapes and dtypes; the second's extra argument follows from the first)."""
+    paths = [_path(f"{name}-{stage}", options, args, folder) for stage in ("first", "second")]
+    found = [_load(path) for path in paths]
+    if all(program is not None for program in found):
+        programs, how = found, READ
+    else:
+        lowered = jax.jit(first).lower(*args)
+        with ThreadPoolExecutor(1) as pool:
+            compiling = pool.submit(lowered.compile)
+            programs = [None, jax.jit(second).lower(*args, lowered.out_info).compile()]
+            programs[0] = compiling.result()
+        for path, program in zip(paths, programs, strict=True):
+            _keep(path, program)
+        how = TRACED
+    first_program, second_program = programs
+    return (lambda *xs: second_program(*xs, first_program(*xs))), how

@@ -1,4 +1,4 @@
-"""``ukjax demo``: a Monte-Carlo batch of SCARA robots following a helix, integrated by one compiled program.
+"""``ukjax demo``: a Monte-Carlo batch of SCARA robots following a helix, integrated in compiled chunks.
 
 The model is the SCARA of Xu & Liu 2017 (:mod:`ukjax.models.scara`): four joints, the end effector held on the
 helix x = R sin ωt, y = y_c + R cos ωt, z = v_z t (eq. 40; R = 5 cm, y_c = 35 cm, one turn every 2π/ω = 5 s,
@@ -8,19 +8,23 @@ with Baumgarte stabilization φ̈ + αφ̇ + βφ = 0 (eq. 52; ``--alpha``, ``--
 below 1e-6 of itself by t ≈ 1.7 s, well inside the 5 s turn. The paper's gains, α = 0.5, β = 200, give a
 lightly damped oscillation (period 0.44 s, envelope e^(-t/4)) that keeps 29 % of the initial millimetres at
 t1 = 5 s, so every scenario ends ``constraint_violated``; the demo runs the first ``--paper-comparison``
-scenarios with them too (same compiled program: the gains are parameters) and prints both.
+scenarios with them too (same compiled programs: the gains are parameters) and prints both.
 Seen from above (x, y) the helix is a circle of radius R, which is how the paths figure draws it, next to the
 height z(t). Each scenario perturbs the paper's values: every mass, length and moment of inertia by a
 uniform factor in [1 - spread, 1 + spread], the joint angles of the (constraint-incompatible) initial state by
 a normal error of ``--angle-noise`` degrees, the stroke by a tenth of a millimetre per degree of that, and the
 initial velocities by 1 %.
 
-All scenarios go through :func:`ukjax.simulate_batch` (``batch_params=True``) with the explicit Runge-Kutta
-solver ``--solver`` (default ``diffrax.Bosh3``: 3rd order, three evaluations per step; on this batch at 5 ms
-it runs 2.1x as many scenario-steps per second as ``Tsit5`` and leaves the same constraint residual, 2.3e-4,
-which the paper's Baumgarte gains set, not the integrator: ``benchmarks/integrators.py``) at a fixed step:
-a fixed step makes the batch run in lockstep without adaptive rejections, which is what throughput wants
-(accuracy studies use the adaptive default). The demo reports
+Each chunk of scenarios gets what :func:`ukjax.simulate_batch` (``batch_params=True``) computes inside a
+``jit``, bit for bit, from two programs that XLA compiles side by side
+(:func:`ukjax._programs.compiled_pipeline`): the integration, then the UK solve and the diagnostics at the
+saved times with the demo's post-processing (``ukjax.simulation._fixed_step_stage``; on a 2-core CPU the
+first result comes sooner than from one program, ``benchmarks/demo_first_result.py``). The integration uses
+the explicit Runge-Kutta solver ``--solver`` (default ``diffrax.Bosh3``: 3rd order, three evaluations per
+step; on this batch at 5 ms it runs 2.1x as many scenario-steps per second as ``Tsit5`` and leaves the same
+constraint residual, 2.3e-4, which the paper's Baumgarte gains set, not the integrator:
+``benchmarks/integrators.py``) at a fixed step: a fixed step makes the batch run in lockstep without adaptive
+rejections, which is what throughput wants (accuracy studies use the adaptive default). The demo reports
 
 * throughput: scenarios per second and scenario-steps per second of the integration, compile time apart;
 * constraint violation: the end-effector path error e(t) = |p(q(t)) - p_d(t)| (eq. 39-40) and the residual
@@ -48,7 +52,7 @@ import numpy as np
 from ukjax.models.scara import PERTURBED, VELOCITY_NOISE, sample_scenarios  # noqa: F401 (re-exported)
 
 DESCRIPTION = (
-    "Monte-Carlo batch of SCARA robots following a helix (Xu & Liu 2017, eq. 40) by one compiled program: "
+    "Monte-Carlo batch of SCARA robots following a helix (Xu & Liu 2017, eq. 40), compiled once: "
     "throughput and constraint violation"
 )
 
@@ -248,7 +252,7 @@ def _settling(alpha: float, beta: float, t1: float) -> dict:
 
 
 def _paper_comparison(compiled, piece, count: int, ts) -> dict | None:
-    """The first ``count`` scenarios again with the paper's gains (same compiled program, gains replaced in
+    """The first ``count`` scenarios again with the paper's gains (same compiled programs, gains replaced in
     the batched parameters): status counts and path error in metres. None when ``count`` is 0."""
     import ukjax
 
@@ -273,9 +277,10 @@ def _paper_comparison(compiled, piece, count: int, ts) -> dict | None:
 def run(args) -> dict:
     """Run the demo of ``args`` (see :func:`add_arguments`): print a summary, write files, return metrics."""
     import ukjax
-    from ukjax._programs import compiled_program
+    from ukjax._programs import compiled_pipeline
     from ukjax.models import scara
     from ukjax.options import bucket_of
+    from ukjax.simulation import _fixed_step_stage
     from ukjax.studies._common import prepare_output, write_json
 
     if args.scenarios < 1 or args.duration <= 0 or args.dt <= 0 or args.saves < 2:
@@ -305,11 +310,15 @@ def run(args) -> dict:
     ts = jnp.linspace(0.0, args.duration, args.saves)
     system = scara.system()
 
+    options = dict(batch_params=True, t1=args.duration, ts=ts, dt=dt, solver=solver)
+
     def integrate(q0s, qd0s, batch):
-        """One chunk: its status and what the summary and figures need (one program, post-processing in)."""
-        sol = ukjax.simulate_batch(
-            system, q0s, qd0s, batch, batch_params=True, t1=args.duration, ts=ts, dt=dt, solver=solver,
-        )  # fmt: skip
+        """One chunk's integration (the first of the chunk's two programs)."""
+        return _fixed_step_stage(system, q0s, qd0s, batch, **options)
+
+    def finish(q0s, qd0s, batch, states):
+        """One chunk's status and what the summary and figures need, from its integration."""
+        sol = _fixed_step_stage(system, q0s, qd0s, batch, states, **options)
         path_error, phi_norm, paths = _postprocess(ts, sol.q, sol.position_residual, batch)
         return {"status": sol.status, "path_error": path_error, "phi_norm": phi_norm, "paths": paths}
 
@@ -317,7 +326,7 @@ def run(args) -> dict:
     # scenarios run the program of 128 (one compilation, or one entry of the persistent cache, for both).
     chunk = max(1, min(args.chunk, bucket_of(args.scenarios)))
     count = math.ceil(args.scenarios / chunk)
-    # Pad to whole chunks with copies of scenario 0 (dropped afterwards): every chunk reuses one program.
+    # Pad to whole chunks with copies of scenario 0 (dropped afterwards): every chunk reuses the programs.
     pad = count * chunk - args.scenarios
     padded = jax.tree_util.tree_map(
         lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]), (q0s, qd0s, batch)
@@ -333,8 +342,8 @@ def run(args) -> dict:
         flush=True,
     )
     tic = _phase(1, "compiling (a second run reads it from the caches)")
-    options = {"args": {k: v for k, v in vars(args).items() if k not in NOT_IN_PROGRAM}, "chunk": chunk}
-    compiled, how = compiled_program("demo", integrate, pieces[0], options)
+    key = {"args": {k: v for k, v in vars(args).items() if k not in NOT_IN_PROGRAM}, "chunk": chunk}
+    compiled, how = compiled_pipeline("demo", integrate, finish, pieces[0], key)
     compile_s = time.perf_counter() - tic
     print(f"      compiled in {compile_s:.1f} s ({how})", flush=True)
 

@@ -72,7 +72,7 @@ from ukjax.linalg import blocks_on_cpu_pool, lapack_calls, looped_factorizations
 from ukjax.options import DEFAULT_CPU_CHUNK as DEFAULT_CPU_CHUNK
 from ukjax.options import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from ukjax.options import DEFAULT_NUM_SAVES as DEFAULT_NUM_SAVES
-from ukjax.options import _arguments, _loops_pay, _pinv_rtol, bucket_size, vmap_size
+from ukjax.options import OPTION_DEFAULTS, _arguments, _loops_pay, _pinv_rtol, bucket_size, vmap_size
 from ukjax.options import _chunk_size as _chunk_size
 from ukjax.options import _Config as _Config
 from ukjax.options import _Numbers as _Numbers
@@ -337,6 +337,18 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
     from the first non-finite one on are set to inf, as diffrax fills the saves after a terminating event.
     Its status is ``nonfinite_state`` either way; its ``num_steps`` are the batch's."""
     with _runtime_checks_as_nan(not config.throw):
+        states = _lockstep_states(system, config, numbers, q0, qd0, params)
+        return _lockstep_finished(system, config, numbers, q0, params, states)
+
+
+def _lockstep_states(system, config, numbers, q0, qd0, params) -> dict:
+    """The integration of :func:`_solve_lockstep` alone, every value per scenario: the saved states ``q``,
+    ``qd`` (batch, T, n), a failed scenario's saves from its first non-finite one on set to inf; diffrax's
+    result code ``result`` and step counts ``num_steps``, ``num_accepted_steps`` (the batch's, one copy per
+    scenario); ``start_bad``, whether the scenario's input was not finite. Arrays only, so that a program of
+    its own can return them (:func:`_fixed_step_stage`); :func:`_lockstep_finished` makes the batch's
+    :class:`Solution` of them."""
+    with _runtime_checks_as_nan(not config.throw):
         start_bad = jax.vmap(_start_bad)(q0, qd0, params)
         derivative = _with_unrolled_recursions(system, _batched_state_derivative(system, config, numbers))
         motion = jax.vmap(derivative, in_axes=(None, 0, 0))
@@ -348,12 +360,24 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
         qd = jnp.where(failed[..., None], jnp.inf, qd)
         if system.normalize is not None:
             q = jax.vmap(jax.vmap(system.normalize))(q)
-        counts = _step_counts(sol)
+        per_scenario = lambda x: jnp.broadcast_to(x, start_bad.shape)
+        steps, accepted = _step_counts(sol)
+        return {
+            "q": q, "qd": qd, "result": per_scenario(sol.result._value), "num_steps": per_scenario(steps),
+            "num_accepted_steps": per_scenario(accepted), "start_bad": start_bad,
+        }  # fmt: skip
 
-        def finished(q0_, p_, q_, qd_, start_bad_):
-            return _finished(system, config, numbers, q0_, p_, q_, qd_, sol.result, start_bad_, *counts)
 
-        return jax.vmap(finished)(q0, params, q, qd, start_bad)
+def _lockstep_finished(system, config, numbers, q0, params, states: dict) -> Solution:
+    """The batch's :class:`Solution` from :func:`_lockstep_states`: :func:`_finished` per scenario."""
+
+    def finished(q0_, p_, s):
+        result = eqx.tree_at(lambda r: r._value, diffrax.RESULTS.successful, s["result"])
+        return _finished(system, config, numbers, q0_, p_, s["q"], s["qd"], result, s["start_bad"],
+                         s["num_steps"], s["num_accepted_steps"])  # fmt: skip
+
+    with _runtime_checks_as_nan(not config.throw):
+        return jax.vmap(finished)(q0, params, states)
 
 
 def _all_finite(x):
@@ -417,33 +441,42 @@ def _simulate_one(system, config, numbers, q0, qd0, params):
 
 @eqx.filter_jit
 def _simulate_many(system, config, numbers, q0, qd0, params, chunk_size):
-    # the small factorizations as loops on the CPU for a batch below the entrywise threshold; a batch
-    # evaluated entry by entry keeps them unrolled everywhere (its diagnostics too: one form per program)
+    config, loops = _batch_config(config, q0.shape[0], chunk_size)
+    with looped_factorizations(loops):
+        if config.adaptive:  # each scenario its own steps: diffrax's solve under vmap
+            solve = jax.vmap(lambda q, qd, p: _solve(system, config, numbers, q, qd, p))
+        else:  # the same steps for all: one solve of the whole batch
+            solve = lambda q, qd, p: _solve_lockstep(system, config, numbers, q, qd, p)
+        return _in_chunks(solve, (q0, qd0, params), chunk_size)
+
+
+def _batch_config(config, batch: int, chunk_size: int | None):
+    """``(config, loops)`` of a batch of ``batch`` scenarios in chunks of ``chunk_size``: a chunked batch's
+    entrywise values behind a fence (faster there, not in one piece: ``batched_by_entries``), and whether
+    its small factorizations are loops (on the CPU for a batch below the entrywise threshold; a batch
+    evaluated entry by entry keeps them unrolled everywhere, its diagnostics too: one form per program)."""
     entrywise = config.entrywise_min_batch is not None and (
-        vmap_size(q0.shape[0], chunk_size) >= config.entrywise_min_batch
+        vmap_size(batch, chunk_size) >= config.entrywise_min_batch
     )
-    with looped_factorizations(_loops_pay() and not entrywise):
-        return _simulate_many_traced(system, config, numbers, q0, qd0, params, chunk_size)
-
-
-def _simulate_many_traced(system, config, numbers, q0, qd0, params, chunk_size):
-    batch = q0.shape[0]
-    chunked = chunk_size is not None and chunk_size < batch
-    if chunked:  # the entrywise values behind a fence: faster there, not in one piece (batched_by_entries)
+    if chunk_size is not None and chunk_size < batch:
         config = dataclasses.replace(config, entrywise_fenced_values=True)
-    if config.adaptive:  # each scenario its own steps: diffrax's solve under vmap
-        solve = jax.vmap(lambda q, qd, p: _solve(system, config, numbers, q, qd, p))
-    else:  # the same steps for all: one solve of the whole batch
-        solve = lambda q, qd, p: _solve_lockstep(system, config, numbers, q, qd, p)
-    if not chunked:
-        return solve(q0, qd0, params)
-    # Equal chunks of at most chunk_size scenarios: lax.map solves one chunk and loops over them.
-    # A batch that does not split evenly is padded with copies of its last scenario (fewer than `chunks`
-    # of them, cut off again), so that one compiled chunk serves all (a remainder chunk would be a second
-    # compilation of the whole solver).
+    return config, _loops_pay() and not entrywise
+
+
+def _in_chunks(solve, args: tuple, chunk_size: int | None):
+    """``solve(*args)`` (every leaf of ``args`` with the batch axis first) in equal chunks of at most
+    ``chunk_size`` scenarios, one after the other (``jax.lax.map``); the whole batch at once for
+    ``chunk_size`` None or not below the batch.
+
+    A batch that does not split evenly is padded with copies of its last scenario (fewer than the number of
+    chunks, cut off again), so that one compiled chunk serves all (a remainder chunk would be a second
+    compilation of the whole solver)."""
+    batch = jax.tree_util.tree_leaves(args)[0].shape[0]
+    if chunk_size is None or chunk_size >= batch:
+        return solve(*args)
     chunks = -(-batch // chunk_size)
     size = -(-batch // chunks)
-    padded = _with_last_repeated((q0, qd0, params), chunks * size)
+    padded = _with_last_repeated(args, chunks * size)
     # The chunks are formed and undone with explicit shapes: ``lax.map(..., batch_size=)`` reshapes with -1,
     # which fails on the zero-size arrays of a system without position or velocity residuals (constraints
     # that are all AccelerationLevel, or none).
@@ -722,6 +755,37 @@ def simulate_batch(
         program, args = functools.partial(_simulate_spread, program, spread), placed
     out = _run(program, *args)
     return out if size == batch else _first_rows(out, batch)
+
+
+def _fixed_step_stage(
+    system, q0, qd0, params, states=None, *, batch_params=False, chunk_size="auto", **options
+):
+    """:func:`simulate_batch` of a fixed-step batch in two stages, for two programs of one's own traced one
+    after the other: with ``states=None`` the integration (a dict of arrays: the saved states, diffrax's
+    result and step counts, each scenario's input check), with ``states`` the :class:`Solution` that
+    :func:`simulate_batch` returns, from them (the UK solve and the diagnostics at every saved time).
+    Arguments as for :func:`simulate_batch` (``dt`` given, an explicit solver; nothing padded to a bucket,
+    one device), the same in both stages; call it only inside a trace (``jax.jit(...).lower``).
+
+    Why: XLA compiles one program on one core, and tracing is Python. Traced into two programs, the second
+    is traced while XLA compiles the first, and both compile side by side
+    (:func:`ukjax._programs.compiled_pipeline`): ``ukjax demo``'s chunk program, 1024 SCARA scenarios of
+    Xu & Liu 2017, reaches its first result sooner on a 2-core CPU (``benchmarks/demo_first_result.py``).
+    The numbers are the single program's: the same operations on the same values."""
+    if not _staged():
+        raise ValueError("_fixed_step_stage is traced into a program of its caller's: call it inside jax.jit")
+    arguments = dict(OPTION_DEFAULTS, system=system, q0=q0, qd0=qd0, params=params, batch_params=batch_params,
+                     chunk_size=chunk_size, **options)  # fmt: skip
+    config, numbers, q0, qd0, params, chunk_size = _arguments(arguments, batched=True)
+    if config.adaptive:
+        raise ValueError("_fixed_step_stage integrates with a fixed step: give dt")
+    config, loops = _batch_config(config, q0.shape[0], chunk_size)
+    with looped_factorizations(loops):
+        if states is None:
+            integrate = lambda q, qd, p: _lockstep_states(system, config, numbers, q, qd, p)
+            return _in_chunks(integrate, (q0, qd0, params), chunk_size)
+        finish = lambda q, p, s: _lockstep_finished(system, config, numbers, q, p, s)
+        return _in_chunks(finish, (q0, params, states), chunk_size)
 
 
 def _traced(*trees) -> bool:
