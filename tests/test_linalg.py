@@ -706,10 +706,11 @@ def test_default_rank_decision_matches_svd_near_the_cut(method):
 
 
 def test_batched_cholesky_does_not_deadlock():
-    """jit(vmap) of four independent 12 x 12 Cholesky factorizations (batch 1024), 200 calls, in a fresh
-    process: with jnp.linalg.cholesky (jaxlib 0.10.2 batched LAPACK) such runs hung in 3 of 6 tries of 200
-    calls on 2 cores (XLA:CPU pool threads all blocked in jax::ParallelBatchMap; see
-    benchmarks/lapack_batch_deadlock.py). ukjax.linalg.cholesky, which calls no LAPACK, must finish."""
+    """jit(vmap) of four independent 12 x 12 Cholesky factorizations: with jnp.linalg.cholesky (jaxlib 0.10.2
+    batched LAPACK) runs of 200 calls (batch 1024) hung in 3 of 6 tries on 2 cores (XLA:CPU pool threads
+    all blocked in jax::ParallelBatchMap; see benchmarks/lapack_batch_deadlock.py). ukjax.linalg.cholesky,
+    and the UK solve's gradient built on it, call no LAPACK kernel (read from the lowered programs, where
+    jnp.linalg.cholesky's is found), and 40 calls at batch 1024 in a fresh process finish."""
     import sys
     from pathlib import Path
 
@@ -717,10 +718,19 @@ def test_batched_cholesky_does_not_deadlock():
     from conftest import xla_flags_without
     from lapack_batch_deadlock import run_once
 
-    # in the configuration users run (JAX's default XLA flags), where the hangs were seen; the suite's
-    # unoptimized code (conftest.SUITE_XLA_FLAGS) took 18 s for the 200 calls against 8-9 s
+    from ukjax.dynamics import uk_acceleration
+
+    Ms = jnp.tile(4.0 * jnp.eye(12) + 0.1, (4, 8, 1, 1))
+    factor = lambda chol: jax.jit(jax.vmap(lambda *ms: sum(jnp.sum(chol(m)) for m in ms))).lower(*Ms)
+    assert linalg.lapack_calls(factor(jnp.linalg.cholesky))
+    assert linalg.lapack_calls(factor(linalg.cholesky)) == set()
+    Q, A, b = jnp.ones((8, 12)), jnp.ones((8, 6, 12)) * jnp.arange(12.0), jnp.ones((8, 6))
+    loss = lambda M, Q, A, b: jnp.sum(uk_acceleration(M, Q, A, b))
+    gradient = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3)))).lower(Ms[0], Q, A, b)
+    assert linalg.lapack_calls(gradient) == set()
+    # in the configuration users run (JAX's default XLA flags), where the hangs were seen
     users = dict(os.environ, XLA_FLAGS=xla_flags_without())
-    finished, seconds, tail = run_once("ukjax", iters=200, timeout=120.0, env=users)
+    finished, seconds, tail = run_once("ukjax", iters=40, timeout=120.0, env=users)
     assert finished, f"ukjax.linalg.cholesky under jit(vmap) did not finish in {seconds:.0f} s: {tail}"
 
 
