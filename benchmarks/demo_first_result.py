@@ -18,6 +18,7 @@ the same program up to XLA's code generation). ``uptime`` before and after goes 
     python3 benchmarks/demo_first_result.py --rounds 2
     git worktree add /tmp/before HEAD~1
     python3 benchmarks/demo_first_result.py --contenders elemental_emitters --before /tmp/before --rounds 5
+    python3 benchmarks/demo_first_result.py --contenders elemental_emitters --tree one_program=/tmp/one
 """
 
 from __future__ import annotations
@@ -83,12 +84,19 @@ def main(argv=None) -> None:
         "TREE, a checkout of an earlier commit (git worktree add TREE COMMIT): contender 'before'"
     )  # fmt: skip
     parser.add_argument(
+        "--tree", action="append", default=[], metavar="NAME=TREE", help="like --before, a contender NAME "
+        "that runs the command from TREE (repeatable)"
+    )  # fmt: skip
+    parser.add_argument(
         "--contenders", default=",".join(CONTENDERS), help=f"comma list of {', '.join(CONTENDERS)}"
     )
     args = parser.parse_args(argv)
     contenders = {name: CONTENDERS[name] for name in args.contenders.split(",") if name}
     if args.before:
         contenders["before"] = ("", False, args.before)
+    for item in args.tree:
+        name, _, tree = item.partition("=")
+        contenders[name] = ("", False, tree)
     sys.path.insert(0, str(HERE))
     from _common import write_results
 

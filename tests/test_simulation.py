@@ -154,7 +154,8 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
     """What each program traces (ukjax.linalg.looped_factorizations), read inside the model's mass function
     while tracing, nothing compiled: on the CPU one scenario (simulate, step) and a vmap below the entrywise
     threshold trace their right-hand side and diagnostics with loops (faster there: the measurements are in
-    the docstring of looped_factorizations); a batch evaluated entry by entry traces everything unrolled;
+    the docstring of looped_factorizations); a batch evaluated entry by entry traces its right-hand side
+    unrolled and its diagnostics at the saves with loops (cheaper to compile);
     where loops do not pay (a GPU: options._loops_pay), nothing is looped. The values are the same up to
     round-off (test_linalg; test_entrywise's single-against-batch check runs both forms)."""
     seen = []
@@ -183,7 +184,9 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
 
     assert jax.default_backend() == "cpu"
     assert traced(None) == {True} and traced(4) == {True} and traced("step") == {True}
-    assert traced(options.ENTRYWISE_MIN_BATCH) == {False}
+    # a batch evaluated entry by entry: its right-hand side unrolled (traced first, by the integration), its
+    # UK solve and diagnostics at the saved times as loops (simulation._lockstep_finished)
+    assert traced(options.ENTRYWISE_MIN_BATCH) == {False, True} and seen[0] is False and seen[-1] is True
     # an eager reverse-mode gradient of a vmap of the looped program (it failed to lower with looped
     # triangular solves) equals the jitted one
     # (5 scenarios: with 2 the lowering did not fail)

@@ -369,14 +369,21 @@ def _lockstep_states(system, config, numbers, q0, qd0, params) -> dict:
 
 
 def _lockstep_finished(system, config, numbers, q0, params, states: dict) -> Solution:
-    """The batch's :class:`Solution` from :func:`_lockstep_states`: :func:`_finished` per scenario."""
+    """The batch's :class:`Solution` from :func:`_lockstep_states`: :func:`_finished` per scenario.
+
+    The UK solve and diagnostics at the saved times trace the small factorizations as loops on the CPU
+    (:func:`ukjax.linalg.looped_factorizations`) whether or not the right-hand side is evaluated entry by
+    entry: a few hundred evaluations against the integration's thousands, they cost little more to run as
+    loops and much less to compile. ``ukjax demo``'s 256 SCARA scenarios x 201 saves (its diagnostics
+    program, ``_fixed_step_stage``): XLA's compile 2.2-2.7 against 3.4-3.5 CPU-s, the run 0.055 against
+    0.043 s (the chunk's integration ~0.45 s)."""
 
     def finished(q0_, p_, s):
         result = eqx.tree_at(lambda r: r._value, diffrax.RESULTS.successful, s["result"])
         return _finished(system, config, numbers, q0_, p_, s["q"], s["qd"], result, s["start_bad"],
                          s["num_steps"], s["num_accepted_steps"])  # fmt: skip
 
-    with _runtime_checks_as_nan(not config.throw):
+    with _runtime_checks_as_nan(not config.throw), looped_factorizations(_loops_pay()):
         return jax.vmap(finished)(q0, params, states)
 
 
@@ -454,7 +461,8 @@ def _batch_config(config, batch: int, chunk_size: int | None):
     """``(config, loops)`` of a batch of ``batch`` scenarios in chunks of ``chunk_size``: a chunked batch's
     entrywise values behind a fence (faster there, not in one piece: ``batched_by_entries``), and whether
     its small factorizations are loops (on the CPU for a batch below the entrywise threshold; a batch
-    evaluated entry by entry keeps them unrolled everywhere, its diagnostics too: one form per program)."""
+    evaluated entry by entry keeps them unrolled; a fixed-step batch's diagnostics are loops on the CPU
+    either way: :func:`_lockstep_finished`)."""
     entrywise = config.entrywise_min_batch is not None and (
         vmap_size(batch, chunk_size) >= config.entrywise_min_batch
     )
@@ -769,8 +777,9 @@ def _fixed_step_stage(
 
     Why: XLA compiles one program on one core, and tracing is Python. Traced into two programs, the second
     is traced while XLA compiles the first, and both compile side by side
-    (:func:`ukjax._programs.compiled_pipeline`): ``ukjax demo``'s chunk program, 1024 SCARA scenarios of
-    Xu & Liu 2017, reaches its first result sooner on a 2-core CPU (``benchmarks/demo_first_result.py``).
+    (:func:`ukjax._programs.compiled_pipeline`): ``ukjax demo`` (1024 SCARA scenarios of Xu & Liu 2017 in
+    chunks of 256) compiles in 4.2 against 6.5 s as one program on a 2-core CPU (medians of 5 rounds, fresh
+    processes, ``benchmarks/demo_first_result.py``; the diagnostics looped in both).
     The numbers are the single program's: the same operations on the same values."""
     if not _staged():
         raise ValueError("_fixed_step_stage is traced into a program of its caller's: call it inside jax.jit")
