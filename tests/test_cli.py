@@ -195,6 +195,23 @@ def test_a_second_demo_reads_its_program_instead_of_tracing_it(tmp_path, capsys)
     assert runs["second"][1]["phi_norm"] == runs["first"][1]["phi_norm"]
 
 
+def test_demo_in_one_program_gives_the_numbers_of_its_two(tmp_path, capsys, monkeypatch):
+    """Off the CPU (a GPU) the demo compiles each chunk as one program, ``simulate_batch`` inside a ``jit``
+    (whose engine="auto" takes the fused kernel there); forced here on the CPU, it reports the same statuses
+    and statistics, to the last digit, as the two programs compiled side by side."""
+    from ukjax import demo
+
+    runs = {}
+    for name, side_by_side in (("two", True), ("one", False)):
+        monkeypatch.setattr(demo, "side_by_side", lambda value=side_by_side: value)
+        args = [*DEMO_SMALL, "--paper-comparison", "0", "--out", str(tmp_path / name)]
+        assert main(["demo", *args]) == 0
+        runs[name] = json.loads((tmp_path / name / "metrics.json").read_text())
+    capsys.readouterr()
+    for key in ("succeeded", "failures_by_status", "path_error_m", "phi_norm"):
+        assert runs["one"][key] == runs["two"][key], key
+
+
 def test_demo_refuses_an_unknown_solver(capsys, tmp_path):
     assert main(["demo", "--solver", "rk99", "--out", str(tmp_path)]) == 2
     assert "invalid choice: 'rk99'" in capsys.readouterr().err

@@ -16,15 +16,16 @@ a normal error of ``--angle-noise`` degrees, the stroke by a tenth of a millimet
 initial velocities by 1 %.
 
 Each chunk of scenarios gets what :func:`ukjax.simulate_batch` (``batch_params=True``) computes inside a
-``jit``, bit for bit, from two programs that XLA compiles side by side
+``jit``, on the CPU bit for bit from two programs that XLA compiles side by side
 (:func:`ukjax._programs.compiled_pipeline`): the integration, then the UK solve and the diagnostics at the
 saved times with the demo's post-processing (``ukjax.simulation._fixed_step_stage``; on a 2-core CPU they
-compile in 4.2 s against 6.5 s as one program, ``benchmarks/demo_first_result.py``). The integration uses
-the explicit Runge-Kutta solver ``--solver`` (default ``diffrax.Bosh3``: 3rd order, three evaluations per
-step; on this batch at 5 ms it runs 2.1x as many scenario-steps per second as ``Tsit5`` and leaves the same
-constraint residual, 2.3e-4, which the paper's Baumgarte gains set, not the integrator:
-``benchmarks/integrators.py``) at a fixed step: a fixed step makes the batch run in lockstep without adaptive
-rejections, which is what throughput wants (accuracy studies use the adaptive default). The demo reports
+compile in 4.2 s against 6.5 s as one program, ``benchmarks/demo_first_result.py``); elsewhere from one
+program (on a GPU simulate_batch takes its fused kernel where it applies). The integration uses the explicit
+Runge-Kutta solver ``--solver`` (default ``diffrax.Bosh3``: 3rd order, three evaluations per step; on this
+batch at 5 ms it runs 2.1x as many scenario-steps per second as ``Tsit5`` and leaves the same constraint
+residual, 2.3e-4, which the paper's Baumgarte gains set, not the integrator: ``benchmarks/integrators.py``) at
+a fixed step: a fixed step makes the batch run in lockstep without adaptive rejections, which is what
+throughput wants (accuracy studies use the adaptive default). The demo reports
 
 * throughput: scenarios per second and scenario-steps per second of the integration, compile time apart;
 * constraint violation: the end-effector path error e(t) = |p(q(t)) - p_d(t)| (eq. 39-40) and the residual
@@ -111,6 +112,13 @@ def add_arguments(parser) -> None:
     )
     add_output_arguments(parser, "demo")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar while integrating")
+
+
+def side_by_side() -> bool:
+    """Whether the demo compiles each chunk as two programs side by side (on the CPU, where XLA compiles a
+    program on ~1.6 cores and tracing runs on one) rather than one program (elsewhere: on a GPU,
+    :func:`ukjax.simulate_batch` integrates a fixed-step batch with its fused kernel where it applies)."""
+    return jax.default_backend() == "cpu"
 
 
 def _path_error(ts, q, params):
@@ -277,7 +285,7 @@ def _paper_comparison(compiled, piece, count: int, ts) -> dict | None:
 def run(args) -> dict:
     """Run the demo of ``args`` (see :func:`add_arguments`): print a summary, write files, return metrics."""
     import ukjax
-    from ukjax._programs import compiled_pipeline
+    from ukjax._programs import compiled_pipeline, compiled_program
     from ukjax.models import scara
     from ukjax.options import bucket_of
     from ukjax.simulation import _fixed_step_stage
@@ -312,15 +320,22 @@ def run(args) -> dict:
 
     options = dict(batch_params=True, t1=args.duration, ts=ts, dt=dt, solver=solver)
 
+    def summary(sol, batch):
+        """A chunk's status and what the summary and figures need."""
+        path_error, phi_norm, paths = _postprocess(ts, sol.q, sol.position_residual, batch)
+        return {"status": sol.status, "path_error": path_error, "phi_norm": phi_norm, "paths": paths}
+
     def integrate(q0s, qd0s, batch):
         """One chunk's integration (the first of the chunk's two programs)."""
         return _fixed_step_stage(system, q0s, qd0s, batch, **options)
 
     def finish(q0s, qd0s, batch, states):
-        """One chunk's status and what the summary and figures need, from its integration."""
-        sol = _fixed_step_stage(system, q0s, qd0s, batch, states, **options)
-        path_error, phi_norm, paths = _postprocess(ts, sol.q, sol.position_residual, batch)
-        return {"status": sol.status, "path_error": path_error, "phi_norm": phi_norm, "paths": paths}
+        """One chunk's summary from its integration (the second program)."""
+        return summary(_fixed_step_stage(system, q0s, qd0s, batch, states, **options), batch)
+
+    def simulate(q0s, qd0s, batch):
+        """One chunk in one program: simulate_batch, whose engine="auto" takes the fused kernel on a GPU."""
+        return summary(ukjax.simulate_batch(system, q0s, qd0s, batch, **options), batch)
 
     # A chunk of at most --chunk scenarios, a batch bucket (ukjax.options.bucket_of) when fewer: 100 and 120
     # scenarios run the program of 128 (one compilation, or one entry of the persistent cache, for both).
@@ -343,7 +358,10 @@ def run(args) -> dict:
     )
     tic = _phase(1, "compiling (a second run reads it from the caches)")
     key = {"args": {k: v for k, v in vars(args).items() if k not in NOT_IN_PROGRAM}, "chunk": chunk}
-    compiled, how = compiled_pipeline("demo", integrate, finish, pieces[0], key)
+    if side_by_side():
+        compiled, how = compiled_pipeline("demo", integrate, finish, pieces[0], key)
+    else:
+        compiled, how = compiled_program("demo", simulate, pieces[0], key)
     compile_s = time.perf_counter() - tic
     print(f"      compiled in {compile_s:.1f} s ({how})", flush=True)
 
