@@ -363,9 +363,20 @@ def _lockstep_states(system, config, numbers, q0, qd0, params) -> dict:
         per_scenario = lambda x: jnp.broadcast_to(x, start_bad.shape)
         steps, accepted = _step_counts(sol)
         return {
-            "q": q, "qd": qd, "result": per_scenario(sol.result._value), "num_steps": per_scenario(steps),
-            "num_accepted_steps": per_scenario(accepted), "start_bad": start_bad,
+            "q": q, "qd": qd, "result": per_scenario(_result_code(sol.result)),
+            "num_steps": per_scenario(steps), "num_accepted_steps": per_scenario(accepted),
+            "start_bad": start_bad,
         }  # fmt: skip
+
+
+_RESULT_TREE = jax.tree_util.tree_structure(diffrax.RESULTS.successful)
+"""The pytree of a diffrax result: its one leaf is the integer code, which a program can return."""
+
+
+def _result_code(result):
+    """The integer code of diffrax's ``result`` (its one pytree leaf)."""
+    (code,) = jax.tree_util.tree_leaves(result)
+    return code
 
 
 def _lockstep_finished(system, config, numbers, q0, params, states: dict) -> Solution:
@@ -379,7 +390,7 @@ def _lockstep_finished(system, config, numbers, q0, params, states: dict) -> Sol
     0.043 s (the chunk's integration ~0.45 s)."""
 
     def finished(q0_, p_, s):
-        result = eqx.tree_at(lambda r: r._value, diffrax.RESULTS.successful, s["result"])
+        result = jax.tree_util.tree_unflatten(_RESULT_TREE, [s["result"]])
         return _finished(system, config, numbers, q0_, p_, s["q"], s["qd"], result, s["start_bad"],
                          s["num_steps"], s["num_accepted_steps"])  # fmt: skip
 
