@@ -22,6 +22,7 @@ source tree at PATH (e.g. a git worktree of an earlier commit), interleaved with
 
     python3 benchmarks/compile_and_gradient.py                         # N = 1024
     python3 benchmarks/compile_and_gradient.py --baseline ../ukjax-old --rounds 2
+    python3 benchmarks/compile_and_gradient.py --baseline ../old --first-call-only --rounds 3 --out X.json
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def main() -> None:
     )
     parser.add_argument("--baseline", type=Path, default=None, help="an earlier ukjax source tree to compare")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "compile_and_gradient-cpu.json")
+    parser.add_argument(
+        "--first-call-only", action="store_true", help="the first-call measurement alone (no gradient)"
+    )
     args = parser.parse_args()
 
     trees = {"ukjax": ROOT}
@@ -94,7 +98,7 @@ def main() -> None:
                 flush=True,
             )
             loads.append(load())
-    for name, tree in trees.items():
+    for name, tree in [] if args.first_call_only else trees.items():
         results[name]["split"] = run_worker(tree, "split", args.scenarios, args.steps)
         print(f"{name}: split {results[name]['split']}", flush=True)
         results[name]["gradient"] = run_worker(tree, "gradient", args.scenarios, 1000)
@@ -107,23 +111,28 @@ def main() -> None:
             flush=True,
         )
         loads.append(load())
-    results["ukjax"]["rhs"] = run_worker(ROOT, "rhs", args.scenarios, args.steps)
-    print(f"rhs per scenario: {results['ukjax']['rhs']}", flush=True)
-    loads.append(load())
+    if not args.first_call_only:
+        results["ukjax"]["rhs"] = run_worker(ROOT, "rhs", args.scenarios, args.steps)
+        print(f"rhs per scenario: {results['ukjax']['rhs']}", flush=True)
+        loads.append(load())
 
     summary = {}
     for name in trees:
         cold = sorted(x["wall_s"] for x in results[name]["first_call_cold"])
         cached = sorted(x["wall_s"] for x in results[name]["first_call_cached"])
-        g = results[name]["gradient"]
         summary[name] = {
             "first_call_cold_wall_s_min": cold[0],
+            "first_call_cold_wall_s_median": cold[len(cold) // 2],
             "first_call_cached_wall_s_min": cached[0],
             "first_call_cold_cpu_s_min": min(x["cpu_s"] for x in results[name]["first_call_cold"]),
             "first_call_cached_cpu_s_min": min(x["cpu_s"] for x in results[name]["first_call_cached"]),
-            "gradient_over_forward": g["gradient_s"] / g["forward_s"],
-            "gradient_temp_over_states": g["gradient_temp_bytes"] / g["states_bytes"],
         }
+        if "gradient" in results[name]:
+            g = results[name]["gradient"]
+            summary[name] |= {
+                "gradient_over_forward": g["gradient_s"] / g["forward_s"],
+                "gradient_temp_over_states": g["gradient_temp_bytes"] / g["states_bytes"],
+            }
     sys.path.insert(0, str(HERE))
     from _common import write_results
 

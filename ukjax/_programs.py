@@ -160,28 +160,33 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
     return compiled, TRACED
 
 
+def compiled_side_by_side(first, second, args) -> tuple:
+    """``first`` and ``second`` compiled for ``args`` (``second`` takes ``first``'s output as its last
+    argument): ``first`` traced, then XLA compiles it on a thread of its own while ``second`` is traced and
+    compiled (XLA's compile releases Python's lock). XLA:CPU compiles one program on ~1.6 cores and tracing
+    is Python on one, so on two cores or more the two compilations overlap each other and the second trace.
+    An error in either reaches the caller."""
+    lowered = jax.jit(first).lower(*args)
+    with ThreadPoolExecutor(1) as pool:
+        compiling = pool.submit(lowered.compile)
+        second_program = jax.jit(second).lower(*args, lowered.out_info).compile()
+        return compiling.result(), second_program
+
+
 def compiled_pipeline(name: str, first, second, args, options: dict, folder: Path | None = None):
     """``(run, how)``: ``run(*args)`` computes ``second(*args, first(*args))`` with two compiled programs,
     read from the program cache as :func:`compiled_program` reads one (``how`` = :data:`READ` when both were
-    there), traced and compiled otherwise (:data:`TRACED`): ``first`` traced, then XLA compiles it on a
-    thread of its own while ``second`` is traced and compiled (XLA's compile releases Python's lock). On a
-    CPU with two cores or more the two compilations overlap each other and the second trace; ``run``'s
-    two calls are dispatched without waiting in between.
+    there), compiled side by side otherwise (:func:`compiled_side_by_side`, ``how`` = :data:`TRACED`) and
+    kept; ``run``'s two calls are dispatched without waiting in between.
 
     ``first`` and ``second`` as ``fn`` of :func:`compiled_program` (ukjax's own code, fixed by ``options``
     and the arguments' tree, shapes and dtypes; the second's extra argument follows from the first)."""
     paths = [_path(f"{name}-{stage}", options, args, folder) for stage in ("first", "second")]
-    found = [_load(path) for path in paths]
-    if all(program is not None for program in found):
-        programs, how = found, READ
-    else:
-        lowered = jax.jit(first).lower(*args)
-        with ThreadPoolExecutor(1) as pool:
-            compiling = pool.submit(lowered.compile)
-            programs = [None, jax.jit(second).lower(*args, lowered.out_info).compile()]
-            programs[0] = compiling.result()
+    programs = [_load(path) for path in paths]
+    how = READ
+    if any(program is None for program in programs):
+        programs, how = compiled_side_by_side(first, second, args), TRACED
         for path, program in zip(paths, programs, strict=True):
             _keep(path, program)
-        how = TRACED
     first_program, second_program = programs
     return (lambda *xs: second_program(*xs, first_program(*xs))), how

@@ -386,8 +386,9 @@ def _lockstep_finished(system, config, numbers, q0, params, states: dict) -> Sol
     (:func:`ukjax.linalg.looped_factorizations`) whether or not the right-hand side is evaluated entry by
     entry: a few hundred evaluations against the integration's thousands, they cost little more to run as
     loops and much less to compile. ``ukjax demo``'s 256 SCARA scenarios x 201 saves (its diagnostics
-    program, ``_fixed_step_stage``): XLA's compile 2.2-2.7 against 3.4-3.5 CPU-s, the run 0.055 against
-    0.043 s (the chunk's integration ~0.45 s)."""
+    program, ``_fixed_step_stage``), looped against unrolled: with the demo's XLA flags (legacy emitters)
+    XLA's compile 2.2-2.7 against 3.4-3.5 CPU-s and the run 0.055 against 0.043 s; with JAX's default flags
+    4.0-4.3 against 6.0-6.3 CPU-s and 0.060 against 0.044-0.054 s (the chunk's integration ~0.45 s)."""
 
     def finished(q0_, p_, s):
         result = jax.tree_util.tree_unflatten(_RESULT_TREE, [s["result"]])
