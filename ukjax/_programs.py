@@ -151,13 +151,22 @@ def compiled_program(name: str, fn, args, options: dict, folder: Path | None = N
 
     ``fn`` must be code of ukjax's only, its behaviour fixed by ``options`` and the tree, shapes and dtypes of
     ``args``. ``folder``: where programs are kept (default :func:`program_folder`)."""
-    path = _path(name, options, args, folder)
-    found = _load(path)
-    if found is not None:
-        return found, READ
-    compiled = jax.jit(fn).lower(*args).compile()
-    _keep(path, compiled)
-    return compiled, TRACED
+    (compiled,), how = _read_or_compiled(
+        [_path(name, options, args, folder)], lambda: [jax.jit(fn).lower(*args).compile()]
+    )
+    return compiled, how
+
+
+def _read_or_compiled(paths: list, compile_all) -> tuple[list, str]:
+    """``(programs, how)``: the programs kept at ``paths``, all of them read back (:data:`READ`), or else
+    ``compile_all()``'s, one per path, each kept at its path (:data:`TRACED`)."""
+    programs = [_load(path) for path in paths]
+    if all(program is not None for program in programs):
+        return programs, READ
+    programs = compile_all()
+    for path, program in zip(paths, programs, strict=True):
+        _keep(path, program)
+    return programs, TRACED
 
 
 def compiled_side_by_side(first, second, args) -> tuple:
@@ -182,11 +191,7 @@ def compiled_pipeline(name: str, first, second, args, options: dict, folder: Pat
     ``first`` and ``second`` as ``fn`` of :func:`compiled_program` (ukjax's own code, fixed by ``options``
     and the arguments' tree, shapes and dtypes; the second's extra argument follows from the first)."""
     paths = [_path(f"{name}-{stage}", options, args, folder) for stage in ("first", "second")]
-    programs = [_load(path) for path in paths]
-    how = READ
-    if any(program is None for program in programs):
-        programs, how = compiled_side_by_side(first, second, args), TRACED
-        for path, program in zip(paths, programs, strict=True):
-            _keep(path, program)
-    first_program, second_program = programs
+    (first_program, second_program), how = _read_or_compiled(
+        paths, lambda: compiled_side_by_side(first, second, args)
+    )
     return (lambda *xs: second_program(*xs, first_program(*xs))), how

@@ -336,9 +336,8 @@ def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
     :func:`_solve` would end the whole batch): it goes on as NaN beside the others, and its saved states
     from the first non-finite one on are set to inf, as diffrax fills the saves after a terminating event.
     Its status is ``nonfinite_state`` either way; its ``num_steps`` are the batch's."""
-    with _runtime_checks_as_nan(not config.throw):
-        states = _lockstep_states(system, config, numbers, q0, qd0, params)
-        return _lockstep_finished(system, config, numbers, q0, params, states)
+    states = _lockstep_states(system, config, numbers, q0, qd0, params)
+    return _lockstep_finished(system, config, numbers, q0, params, states)
 
 
 def _lockstep_states(system, config, numbers, q0, qd0, params) -> dict:
@@ -787,8 +786,8 @@ def _fixed_step_stage(
     Arguments as for :func:`simulate_batch` (``dt`` given, an explicit solver; nothing padded to a bucket,
     one device), the same in both stages; call it only inside a trace (``jax.jit(...).lower``).
 
-    Why: XLA compiles one program on one core, and tracing is Python. Traced into two programs, the second
-    is traced while XLA compiles the first, and both compile side by side
+    Why: XLA:CPU compiles one program on ~1.6 cores, and tracing is Python on one. Traced into two programs,
+    the second is traced while XLA compiles the first, and both compile side by side
     (:func:`ukjax._programs.compiled_pipeline`): ``ukjax demo`` (1024 SCARA scenarios of Xu & Liu 2017 in
     chunks of 256) compiles in 4.2 against 6.5 s as one program on a 2-core CPU (medians of 5 rounds, fresh
     processes, ``benchmarks/demo_first_result.py``; the diagnostics looped in both).
@@ -801,12 +800,12 @@ def _fixed_step_stage(
     if config.adaptive:
         raise ValueError("_fixed_step_stage integrates with a fixed step: give dt")
     config, loops = _batch_config(config, q0.shape[0], chunk_size)
-    with looped_factorizations(loops):
-        if states is None:
-            integrate = lambda q, qd, p: _lockstep_states(system, config, numbers, q, qd, p)
-            return _in_chunks(integrate, (q0, qd0, params), chunk_size)
+    if states is not None:  # (its factorizations looped on the CPU: _lockstep_finished)
         finish = lambda q, p, s: _lockstep_finished(system, config, numbers, q, p, s)
         return _in_chunks(finish, (q0, params, states), chunk_size)
+    with looped_factorizations(loops):
+        integrate = lambda q, qd, p: _lockstep_states(system, config, numbers, q, qd, p)
+        return _in_chunks(integrate, (q0, qd0, params), chunk_size)
 
 
 def _traced(*trees) -> bool:
