@@ -21,7 +21,11 @@ sits at r (parent coordinates) and coordinates map by E (``x_i = E x_λ``):
   inertias I^A_i are computed once and every column is one forward/backward sweep of vectors;
 * the same algorithm with velocities and gravity (Table 7.1 in full) for the free acceleration
   M⁻¹(τ - C(q, q̇)) in one pass of three sweeps, without the RNEA (:meth:`Tree.forward_dynamics`, and
-  :meth:`Tree.system`'s right-hand side wherever M⁻¹ meets the given force).
+  :meth:`Tree.system`'s right-hand side wherever M⁻¹ meets the given force);
+* the derivatives of those solves in closed form (Carpentier & Mansard 2018): the tangent of X = M⁻¹(B +
+  (τ - C) wᵀ) is M⁻¹ applied to the tangent of B + τ wᵀ less the RNEA's tangent at X held fixed, so
+  forward and reverse mode (gradients with respect to q, q̇ and every mass, inertia and placement) never
+  differentiate the articulated inertias' 6 x 6 algebra (:meth:`Tree._solve_given`).
 
 Bodies and their parameters (SI units) are a :class:`Bodies` of arrays built from the parameter pytree ``p``
 by a user function, so every mass, length and inertia is a differentiable leaf of ``p``, not a constant.
@@ -60,6 +64,12 @@ _ONE_PASS = True
 articulated-body pass with velocities (Featherstone 2008, Table 7.1) rather than the RNEA bias force
 (Table 5.1) followed by :meth:`Tree.solve_mass`; private, kept for A/B measurements (issue 41). Read when a
 function is traced (:meth:`Tree.forward_dynamics`) or a system is built (:meth:`Tree.system`)."""
+
+_CLOSED_FORM_DERIVATIVES = True
+"""Whether the articulated-body solves (:meth:`Tree.solve_mass`, :meth:`Tree.forward_dynamics` and the
+systems :meth:`Tree.system` builds) carry their derivatives in closed form (:meth:`Tree._solve_given`) rather
+than automatic differentiation through the articulated-body pass; private, kept for A/B measurements (issue
+41). Read when a system is built (:meth:`Tree.system`) or a function is traced (the others)."""
 
 JOINT_KINDS = ("revolute", "prismatic", "ball", "free")
 JOINT_SIZES = {"revolute": (1, 1), "prismatic": (1, 1), "ball": (4, 3), "free": (7, 6)}
@@ -270,7 +280,11 @@ def _column(r, like):
 
 
 def _spatial_inertia(mass, com, inertia):
-    """I = [[I_c + m [c]×[c]×ᵀ, m [c]×], [m [c]×ᵀ, m 1]] about the body origin (Featherstone eq. 2.63)."""
+    """I = [[I_c + m [c]×[c]×ᵀ, m [c]×], [m [c]×ᵀ, m 1]] about the body origin (Featherstone eq. 2.63), with
+    I_c the symmetric part of ``inertia``: the articulated-body algorithm holds only for a symmetric I, and
+    so the derivatives with respect to the inertia tensor are symmetric and the same whichever way they are
+    taken (:meth:`Tree._solve_given`)."""
+    inertia = 0.5 * (inertia + inertia.T)
     C = _skew(com)
     mC = mass * C
     return jnp.block([[inertia + _mm(mC, C.T), mC], [mC.T, mass * jnp.eye(3, dtype=C.dtype)]])
@@ -768,46 +782,22 @@ class Tree(eqx.Module):
 
         return _joined(self._up(backward, jnp.zeros(6, dtype), (E, r, force, S)))
 
-    def solve_mass(self, q, bodies: Bodies, B):
+    def solve_mass(self, q, bodies: Bodies, B, *, closed_form: bool | None = None):
         """M(q)⁻¹ B for B of shape (nv,) or (nv, k), by the articulated-body algorithm (Featherstone Table
         7.1) with zero velocity and no gravity: the articulated inertias are formed once, O(n), and each
         column of B costs one backward and one forward sweep of 6-vectors, O(n). Needs every
         D_i = S_iᵀ I^A_i S_i positive definite (each joint moves a body with mass or inertia along every
-        direction it allows)."""
+        direction it allows). Derivatives in closed form (:meth:`_solve_given`)."""
         q = self._checked(q, bodies)
         B = jnp.asarray(B)
         if B.ndim not in (1, 2) or B.shape[0] != self.nv:
             raise ValueError(f"solve_mass expects B of shape ({self.nv},) or ({self.nv}, k), got {B.shape}")
         columns = B if B.ndim == 2 else B[:, None]
-        dtype = jnp.result_type(q, bodies.offset, columns)
-        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
-        S = self._subspaces(E_J, dtype)
-        k = columns.shape[1]
-
-        def backward(incoming, x):
-            E_i, r_i, I, S_i, tau = x
-            I_in, p_in = incoming
-            articulated = I + I_in
-            U = _mm(articulated, S_i)
-            D_inv = _inverse(_mm(S_i.T, U))
-            u = tau - _mm(S_i.T, p_in)
-            UD = _dot(U, D_inv)
-            reduced = articulated - _dot(UD, U.T)
-            pa = p_in + _dot(UD, u)
-            return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
-
-        zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
-        inertia = self._inertias(bodies).astype(dtype)
-        U, D_inv, u = self._up(backward, zero, (E, r, inertia, S, self._per_joint(columns)))
-
-        def forward(a_parent, x):
-            E_i, r_i, S_i, U_i, D_inv_i, u_i = x
-            a = _to_child(E_i, r_i, a_parent)
-            qdd = _dot(D_inv_i, u_i - _mm(U_i.T, a))
-            return a + _dot(S_i, qdd), qdd
-
-        qdd = _joined(self._down(forward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, u)))
-        return qdd if B.ndim == 2 else qdd[:, 0]
+        dtype = jnp.result_type(q, bodies.offset, columns, float)
+        zero = jnp.zeros(self.nv, dtype)
+        X = self._solve_given(q, zero, zero, bodies, jnp.zeros(3, dtype), columns, np.zeros(columns.shape[1]),
+                              closed_form=closed_form)
+        return X if B.ndim == 2 else X[:, 0]
 
     def forward_dynamics(self, q, qd, tau, bodies: Bodies, gravity):
         """v̇ = M⁻¹(τ - C(q, v)) of the unconstrained tree (nv,): one articulated-body pass with velocities
@@ -818,71 +808,184 @@ class Tree(eqx.Module):
         zero = jnp.zeros((self.nv, 1), jnp.result_type(tau, float))
         return self._solve_given(q, qd, tau, bodies, gravity, zero, np.ones(1))[:, 0]
 
-    def _solve_given(self, q, qd, tau, bodies: Bodies, gravity, B, weights):
-        """M⁻¹(B + (τ - C(q, v)) wᵀ) (nv, k) for B (nv, k) and weights w (k,) (a NumPy constant): the
-        articulated-body algorithm of Featherstone 2008, Table 7.1, with every column linear in its share
-        w_j of the velocity terms and gravity, so the free acceleration M⁻¹(τ - C) (w_j = 1) comes out of the
-        same three sweeps as M⁻¹B (w_j = 0) and the RNEA (Table 5.1) is not needed. Gravity enters as the
-        base acceleration a_0 = -a_g = (0, -g) (Featherstone §5.3); no external forces.
+    def _solve_given(self, q, qd, tau, bodies: Bodies, gravity, B, weights, *, closed_form=None):
+        """X = M⁻¹(B + (τ - C(q, v)) wᵀ) (nv, k) for B (nv, k) and weights w (k,) (a NumPy constant), by
+        :meth:`_articulated_pass`, with derivatives in closed form (Carpentier & Mansard 2018, "Analytical
+        derivatives of rigid body dynamics algorithms", §III): from M X + C wᵀ = B + τ wᵀ,
 
-        1. root to leaves: v_i = ^iX_λ v_λ + S_i q̇_i, c_i = c_J + v_i ×ₘ S_i q̇_i (eq. 3.42 for c_J of a
-           free joint), p_i = v_i ×* I_i v_i;
-        2. leaves to root: I^A_i = I_i + Σ children's, p^A_i = p_i wᵀ + Σ children's, U_i = I^A_i S_i,
-           D_i = S_iᵀ U_i, u_i = τ_i - S_iᵀ p^A_i, and to the parent I^a = I^A - U D⁻¹ Uᵀ and
-           p^a = p^A + I^a c_i wᵀ + U D⁻¹ u_i;
-        3. root to leaves: a'_i = ^iX_λ a_λ + c_i wᵀ (a_λ = a_0 wᵀ at the world),
-           q̈_i = D_i⁻¹(u_i - U_iᵀ a'_i), a_i = a'_i + S_i q̈_i.
-        """
+            dX = M⁻¹(dB + dτ wᵀ - ∂(M X + C wᵀ)),
+
+        where ∂(M X + C wᵀ) is the tangent of the recursive Newton-Euler algorithm at the accelerations X held
+        fixed (:meth:`_inverse_given`) with respect to q, v, the bodies and gravity, and M⁻¹ reuses the
+        articulated inertias of the primal pass (:meth:`_articulated_apply`). Reverse mode transposes that
+        rule: the pullback is one Newton-Euler pullback over 6-vectors and one sweep pair of vectors, not the
+        pullback of the articulated inertias' 6 x 6 algebra. ``closed_form=False`` (or the module's
+        ``_CLOSED_FORM_DERIVATIVES`` where None) differentiates the articulated-body pass itself."""
         q = self._checked(q, bodies, qd)
         weights = np.asarray(weights, dtype=float)
         k = B.shape[1]
         if B.shape != (self.nv, k) or weights.shape != (k,):
             raise ValueError(f"expected B (nv, k) = ({self.nv}, k) and weights (k,), got {B.shape}, "
                              f"{weights.shape}")
-        dtype = jnp.result_type(q, bodies.offset, B, qd, tau)
-        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
-        S = self._subspaces(E_J, dtype)
-        qd_parts = self._per_joint(jnp.asarray(qd, dtype))
-        inertia = self._inertias(bodies).astype(dtype)
-        w = jnp.asarray(weights, dtype)
-        columns = jnp.asarray(B, dtype) + jnp.asarray(tau, dtype)[:, None] * w[None, :]
-        joint_bias = self._joint_bias(E_J, qd_parts, dtype)
+        dtype = jnp.result_type(q, bodies.offset, B, qd, tau, float)
+        args = (q, *(jnp.asarray(x, dtype) for x in (qd, tau)), bodies, jnp.asarray(gravity, dtype),
+                jnp.asarray(B, dtype))  # fmt: skip
+        if not (_CLOSED_FORM_DERIVATIVES if closed_form is None else closed_form):
+            return self._articulated_pass(*args, weights)[0]
+        return self._closed_form_solve(weights)(*args)
 
-        # pass 1 carries only v (small loops compile to one kernel on the CPU); c_i and p_i depend on body i
-        # alone and are evaluated for all bodies at once after it
+    def _closed_form_solve(self, weights):
+        """:meth:`_articulated_pass`'s X as a ``jax.custom_jvp`` whose tangent is :meth:`_solve_given`'s
+        rule."""
+        w = np.asarray(weights, dtype=float)
+
+        @jax.custom_jvp
+        def solve(q, qd, tau, bodies, gravity, B):
+            return self._articulated_pass(q, qd, tau, bodies, gravity, B, w)[0]
+
+        @solve.defjvp
+        def tangent(primals, tangents):
+            q, qd, tau, bodies, gravity, B = primals
+            dq, dqd, dtau, dbodies, dgravity, dB = tangents
+            X, sweeps = self._articulated_pass(q, qd, tau, bodies, gravity, B, w)
+            moved = lambda q, qd, bodies, gravity: self._inverse_given(q, qd, bodies, gravity, X, w)  # noqa: E731
+            _, dR = jax.jvp(moved, (q, qd, bodies, gravity), (dq, dqd, dbodies, dgravity))
+            given = dB - dR if not w.any() else dB - dR + dtau[:, None] * jnp.asarray(w, X.dtype)[None, :]
+            return X, self._articulated_apply(sweeps, given)
+
+        return solve
+
+    def _velocity_products(self, E_J, E, r, S, qd, inertia):
+        """(c, p) (n, 6) each: the velocity products c_i = c_J + v_i ×ₘ S_i q̇_i (eq. 3.42 for c_J of a free
+        joint) and the gyroscopic forces p_i = v_i ×* I_i v_i of every body (Featherstone 2008, Table 7.1,
+        pass 1), from one root-to-leaves pass over the velocities v_i (which alone needs the loop: c_i and
+        p_i depend on body i alone and are evaluated for all bodies at once)."""
+        qd_parts = self._per_joint(qd)
         v_joint = _joint_velocities(S, qd_parts)
         v = self._velocities(E, r, v_joint)
-        v_joint = _stacked(v_joint)
-        c = jax.vmap(_motion_cross)(v, v_joint) + (0.0 if joint_bias is None else joint_bias)
+        joint_bias = self._joint_bias(E_J, qd_parts, E.dtype)
+        c = jax.vmap(_motion_cross)(v, _stacked(v_joint)) + (0.0 if joint_bias is None else joint_bias)
         p = jax.vmap(lambda v_i, I: _force_cross(v_i, _mm(I, v_i)))(v, inertia)
+        return c, p
+
+    def _articulated_pass(self, q, qd, tau, bodies: Bodies, gravity, B, weights):
+        """(X, sweeps): X = M⁻¹(B + (τ - C(q, v)) wᵀ) (nv, k) by the articulated-body algorithm of
+        Featherstone 2008, Table 7.1, with every column linear in its share w_j of the velocity terms and
+        gravity, so the free acceleration M⁻¹(τ - C) (w_j = 1) comes out of the same three sweeps as M⁻¹B
+        (w_j = 0) and the RNEA (Table 5.1) is not needed; ``sweeps`` are what :meth:`_articulated_apply`
+        needs to apply M⁻¹ to further columns. Gravity enters as the base acceleration a_0 = -a_g = (0, -g)
+        (Featherstone §5.3); no external forces. With w = 0 the velocity terms are skipped (M⁻¹B alone).
+
+        1. root to leaves: v_i = ^iX_λ v_λ + S_i q̇_i, c_i and p_i (:meth:`_velocity_products`);
+        2. leaves to root: I^A_i = I_i + Σ children's, p^A_i = p_i wᵀ + Σ children's, U_i = I^A_i S_i,
+           D_i = S_iᵀ U_i, u_i = τ_i - S_iᵀ p^A_i, and to the parent I^a = I^A - U D⁻¹ Uᵀ and
+           p^a = p^A + I^a c_i wᵀ + U D⁻¹ u_i;
+        3. root to leaves: a'_i = ^iX_λ a_λ + c_i wᵀ (a_λ = a_0 wᵀ at the world),
+           q̈_i = D_i⁻¹(u_i - U_iᵀ a'_i), a_i = a'_i + S_i q̈_i.
+        """
+        dtype = B.dtype
+        k = B.shape[1]
+        velocity = bool(weights.any())
+        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        S = self._subspaces(E_J, dtype)
+        w = jnp.asarray(weights, dtype)
+        columns = B + tau[:, None] * w[None, :] if velocity else B
+        if velocity:
+            c, p = self._velocity_products(E_J, E, r, S, qd, self._inertias(bodies).astype(dtype))
+            per_body = (c, p)
+        else:
+            per_body = ()
 
         def backward(incoming, x):
-            E_i, r_i, mass, com, inertia_c, S_i, tau_i, c_i, p_i = x
+            E_i, r_i, mass, com, inertia_c, S_i, tau_i, *terms = x
             I_in, p_in = incoming
             # I_i formed inside the step: its 10 parameters, not a stacked (n, 6, 6), enter the loop (a
             # loop over small buffers compiles to one kernel on the CPU)
             articulated = _spatial_inertia(mass, com, inertia_c) + I_in
-            pA = p_in + p_i[:, None] * w[None, :]
+            pA = p_in + terms[1][:, None] * w[None, :] if velocity else p_in
             U = _mm(articulated, S_i)
             D_inv = _inverse(_mm(S_i.T, U))
             u = tau_i - _mm(S_i.T, pA)
             UD = _dot(U, D_inv)
             reduced = articulated - _dot(UD, U.T)
-            pa = pA + _mm(reduced, c_i)[:, None] * w[None, :] + _dot(UD, u)
+            pa = pA + _dot(UD, u)
+            if velocity:
+                pa = pa + _mm(reduced, terms[0])[:, None] * w[None, :]
             return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
 
         zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
         parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
-        U, D_inv, u = self._up(backward, zero, (E, r, *parameters, S, self._per_joint(columns), c, p))
+        U, D_inv, u = self._up(backward, zero, (E, r, *parameters, S, self._per_joint(columns), *per_body))
 
         def forward(a_parent, x):
-            E_i, r_i, S_i, U_i, D_inv_i, u_i, c_i = x
-            a = _to_child(E_i, r_i, a_parent) + c_i[:, None] * w[None, :]
+            E_i, r_i, S_i, U_i, D_inv_i, u_i, *c_i = x
+            a = _to_child(E_i, r_i, a_parent)
+            if velocity:
+                a = a + c_i[0][:, None] * w[None, :]
             qdd = _dot(D_inv_i, u_i - _mm(U_i.T, a))
             return a + _dot(S_i, qdd), qdd
 
-        base = jnp.concatenate([jnp.zeros(3, dtype), -jnp.asarray(gravity, dtype)])[:, None] * w[None, :]
-        return _joined(self._down(forward, base, (E, r, S, U, D_inv, u, c)))
+        base = jnp.concatenate([jnp.zeros(3, dtype), -gravity])[:, None] * w[None, :]
+        X = _joined(self._down(forward, base, (E, r, S, U, D_inv, u, *per_body[:1])))
+        return X, (E, r, S, U, D_inv)
+
+    def _articulated_apply(self, sweeps, B):
+        """M⁻¹B (nv, k) from the articulated inertias' U_i = I^A_i S_i and D_i⁻¹ of a pass already made
+        (:meth:`_articulated_pass`'s ``sweeps``): one leaves-to-root sweep of the bias forces
+        p^a = p^A + U D⁻¹ u_i, u_i = B_i - S_iᵀ p^A_i, and one root-to-leaves sweep of the accelerations
+        (Featherstone 2008, Table 7.1 with zero velocity and gravity)."""
+        E, r, S, U, D_inv = sweeps
+        dtype, k = B.dtype, B.shape[1]
+
+        def backward(p_in, x):
+            E_i, r_i, S_i, U_i, D_inv_i, B_i = x
+            u = B_i - _mm(S_i.T, p_in)
+            return _to_parent(E_i, r_i, p_in + _dot(_dot(U_i, D_inv_i), u)), u
+
+        u = self._up(backward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, self._per_joint(B)))
+
+        def forward(a_parent, x):
+            E_i, r_i, S_i, U_i, D_inv_i, u_i = x
+            a = _to_child(E_i, r_i, a_parent)
+            qdd = _dot(D_inv_i, u_i - _mm(U_i.T, a))
+            return a + _dot(S_i, qdd), qdd
+
+        return _joined(self._down(forward, jnp.zeros((6, k), dtype), (E, r, S, U, D_inv, u)))
+
+    def _inverse_given(self, q, qd, bodies: Bodies, gravity, X, weights):
+        """M X + C(q, v) wᵀ (nv, k) for accelerations X (nv, k) and weights w (k,) (a NumPy constant): the
+        recursive Newton-Euler algorithm (Featherstone 2008, Table 5.1) with k columns, each carrying its
+        share w_j of the velocity terms and gravity; the inverse of :meth:`_articulated_pass`
+        (B + τ wᵀ = M X + C wᵀ): a_i = ^iX_λ a_λ + S_i X_i + c_i wᵀ (a_0 = (0, -g) wᵀ),
+        f_i = I_i a_i + p_i wᵀ, and leaves to root the joint forces S_iᵀ (f_i + Σ children's)."""
+        dtype = X.dtype
+        k = X.shape[1]
+        velocity = bool(np.any(weights))
+        w = jnp.asarray(weights, dtype)
+        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        S = self._subspaces(E_J, dtype)
+        inertia = self._inertias(bodies).astype(dtype)
+        c, p = self._velocity_products(E_J, E, r, S, qd, inertia) if velocity else (None, None)
+
+        def forward(a_parent, x):
+            E_i, r_i, S_i, X_i, *c_i = x
+            a = _to_child(E_i, r_i, a_parent) + _dot(S_i, X_i)
+            if velocity:
+                a = a + c_i[0][:, None] * w[None, :]
+            return a, a
+
+        base = jnp.concatenate([jnp.zeros(3, dtype), -gravity])[:, None] * w[None, :]
+        a = _stacked(self._down(forward, base, (E, r, S, self._per_joint(X), *(() if c is None else (c,)))))
+        force = jax.vmap(_mm)(inertia, a)
+        if velocity:
+            force = force + p[:, :, None] * w[None, None, :]
+
+        def backward(incoming, x):
+            E_i, r_i, f_i, S_i = x
+            total = f_i + incoming
+            return _to_parent(E_i, r_i, total), _mm(S_i.T, total)
+
+        return _joined(self._up(backward, jnp.zeros((6, k), dtype), (E, r, force, S)))
 
     # ------------------------------------------------------------------ energies
     def kinetic_energy(self, q, qd, bodies: Bodies):
@@ -937,14 +1040,16 @@ class Tree(eqx.Module):
             C = self.bias_force(q, qd, bodies(p), gravity(p))
             return -C if applied_force is None else jnp.asarray(applied_force(q, qd, t, p)) - C
 
+        closed_form = _CLOSED_FORM_DERIVATIVES
+
         def mass_solve(q, t, p, B):
-            return self.solve_mass(q, bodies(p), B)
+            return self.solve_mass(q, bodies(p), B, closed_form=closed_form)
 
         def given_force_solve(q, qd, t, p, B, weights):
             # M⁻¹(B + Q wᵀ) with Q = τ - C: one articulated-body pass with velocities (Table 7.1), no RNEA
             tau = jnp.zeros(self.nv, jnp.result_type(q, qd, float)) if applied_force is None else (
                 jnp.asarray(applied_force(q, qd, t, p)))
-            return self._solve_given(q, qd, tau, bodies(p), gravity(p), B, weights)
+            return self._solve_given(q, qd, tau, bodies(p), gravity(p), B, weights, closed_form=closed_form)
 
         if _ONE_PASS:
             given_force_solve.agrees_with = force
