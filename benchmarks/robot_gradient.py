@@ -14,7 +14,9 @@ gradient, ...; medians of ``--repeats``), compilation excluded and reported:
 * **breakdown** (``--breakdown``, its own ``--out``): where the gradient's time goes, per right-hand-side
   evaluation of the batch (``System.motion`` under ``jax.vmap``, the recursions unrolled as
   ``simulate_batch`` traces them): its forward time and its pullback with respect to (q, q̇, masses,
-  inertias) with the closed-form and the autodiff derivatives; and the same rollout as a plain RK4
+  inertias) with the closed-form and the autodiff derivatives; the recursive Newton-Euler algorithm
+  (``Tree.inverse_dynamics``) and its pullback, which the closed form transposes; and the same rollout as a
+  plain RK4
   ``lax.scan`` with every step rematerialized (``jax.checkpoint``), forward and gradient, the floor without
   diffrax's loop;
 * **forward mode** (``--forward-mode``): the same gradient by ``jax.jacfwd`` with ``adjoint=ForwardMode()``:
@@ -156,6 +158,15 @@ def breakdown(args, robot, systems, tuned, q0, qd0) -> dict:
 
     for name, system in systems.items():
         programs[f"pullback, {name}"] = (jax.jit(pullback(right_hand_side(system))), (q0, qd0, tuned))
+
+    def newton_euler(q, qd, tuned):  # M q̈ + C at q̈ = cotangent: the RNEA the closed-form rule differentiates
+        bodies, gravity = robot.bodies(dict(params, **tuned)), robot.gravity(params)
+        one = lambda q, qd, a: robot.tree.inverse_dynamics(q, qd, a, bodies, gravity)  # noqa: E731
+        with multibody.unrolled_recursions():
+            return jax.vmap(one)(q, qd, cotangent)
+
+    programs["Newton-Euler"] = (jax.jit(newton_euler), (q0, qd0, tuned))
+    programs["Newton-Euler pullback"] = (jax.jit(pullback(newton_euler)), (q0, qd0, tuned))
 
     def scan_loss(tuned):
         def step(y, _):
