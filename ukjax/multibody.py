@@ -290,6 +290,16 @@ def _spatial_inertia(mass, com, inertia):
     return jnp.block([[inertia + _mm(mC, C.T), mC], [mC.T, mass * jnp.eye(3, dtype=C.dtype)]])
 
 
+def _inertia_times(mass, com, inertia, m):
+    """I m for the spatial inertia I of (mass, com, inertia) (:func:`_spatial_inertia`) and motion vectors m
+    (6,) or (6, k), without forming I: with h = mass (m_v - c × m_ω), I m = (I_c m_ω + c × h, h)
+    (Featherstone eq. 2.63 multiplied out; I_c the symmetric part of ``inertia``)."""
+    m_w, m_v = _halves(m)
+    c = _column(com, m_w)
+    h = mass * (m_v - _cross(c, m_w))
+    return jnp.concatenate([_mm(0.5 * (inertia + inertia.T), m_w) + _cross(c, h), h])
+
+
 def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
@@ -855,7 +865,7 @@ class Tree(eqx.Module):
 
         return solve
 
-    def _velocity_products(self, E_J, E, r, S, qd, inertia):
+    def _velocity_products(self, E_J, E, r, S, qd, bodies: Bodies):
         """(c, p) (n, 6) each: the velocity products c_i = c_J + v_i ×ₘ S_i q̇_i (eq. 3.42 for c_J of a free
         joint) and the gyroscopic forces p_i = v_i ×* I_i v_i of every body (Featherstone 2008, Table 7.1,
         pass 1), from one root-to-leaves pass over the velocities v_i (which alone needs the loop: c_i and
@@ -865,7 +875,9 @@ class Tree(eqx.Module):
         v = self._velocities(E, r, v_joint)
         joint_bias = self._joint_bias(E_J, qd_parts, E.dtype)
         c = jax.vmap(_motion_cross)(v, _stacked(v_joint)) + (0.0 if joint_bias is None else joint_bias)
-        p = jax.vmap(lambda v_i, I: _force_cross(v_i, _mm(I, v_i)))(v, inertia)
+        dtype = E.dtype
+        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        p = jax.vmap(lambda v_i, *body: _force_cross(v_i, _inertia_times(*body, v_i)))(v, *parameters)
         return c, p
 
     def _articulated_pass(self, q, qd, tau, bodies: Bodies, gravity, B, weights):
@@ -891,7 +903,7 @@ class Tree(eqx.Module):
         w = jnp.asarray(weights, dtype)
         columns = B + tau[:, None] * w[None, :] if velocity else B
         if velocity:
-            c, p = self._velocity_products(E_J, E, r, S, qd, self._inertias(bodies).astype(dtype))
+            c, p = self._velocity_products(E_J, E, r, S, qd, bodies)
             per_body = (c, p)
         else:
             per_body = ()
@@ -964,8 +976,7 @@ class Tree(eqx.Module):
         w = jnp.asarray(weights, dtype)
         E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
         S = self._subspaces(E_J, dtype)
-        inertia = self._inertias(bodies).astype(dtype)
-        c, p = self._velocity_products(E_J, E, r, S, qd, inertia) if velocity else (None, None)
+        c, p = self._velocity_products(E_J, E, r, S, qd, bodies) if velocity else (None, None)
 
         def forward(a_parent, x):
             E_i, r_i, S_i, X_i, *c_i = x
@@ -976,7 +987,8 @@ class Tree(eqx.Module):
 
         base = jnp.concatenate([jnp.zeros(3, dtype), -gravity])[:, None] * w[None, :]
         a = _stacked(self._down(forward, base, (E, r, S, self._per_joint(X), *(() if c is None else (c,)))))
-        force = jax.vmap(_mm)(inertia, a)
+        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        force = jax.vmap(_inertia_times)(*parameters, a)
         if velocity:
             force = force + p[:, :, None] * w[None, None, :]
 
