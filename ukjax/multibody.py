@@ -284,10 +284,21 @@ def _spatial_inertia(mass, com, inertia):
     I_c the symmetric part of ``inertia``: the articulated-body algorithm holds only for a symmetric I, and
     so the derivatives with respect to the inertia tensor are symmetric and the same whichever way they are
     taken (:meth:`Tree._solve_given`)."""
-    inertia = 0.5 * (inertia + inertia.T)
+    inertia = _symmetric(inertia)
     C = _skew(com)
     mC = mass * C
     return jnp.block([[inertia + _mm(mC, C.T), mC], [mC.T, mass * jnp.eye(3, dtype=C.dtype)]])
+
+
+def _body_parameters(bodies: Bodies, dtype):
+    """(mass, com, inertia) of every body in ``dtype``: what :func:`_spatial_inertia` and
+    :func:`_inertia_times` take."""
+    return bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype)
+
+
+def _symmetric(inertia):
+    """The symmetric part of a 3 x 3 inertia tensor."""
+    return 0.5 * (inertia + inertia.T)
 
 
 def _inertia_times(mass, com, inertia, m):
@@ -297,7 +308,7 @@ def _inertia_times(mass, com, inertia, m):
     m_w, m_v = _halves(m)
     c = _column(com, m_w)
     h = mass * (m_v - _cross(c, m_w))
-    return jnp.concatenate([_mm(0.5 * (inertia + inertia.T), m_w) + _cross(c, h), h])
+    return jnp.concatenate([_mm(_symmetric(inertia), m_w) + _cross(c, h), h])
 
 
 def _add(a, b):
@@ -758,39 +769,13 @@ class Tree(eqx.Module):
         return self.inverse_dynamics(q, qd, None, bodies, gravity)
 
     def inverse_dynamics(self, q, qd, qdd, bodies: Bodies, gravity):
-        """τ = M(q) v̇ + C(q, v) (nv,) by the recursive Newton-Euler algorithm; ``qdd=None`` means v̇ = 0."""
+        """τ = M(q) v̇ + C(q, v) (nv,) by the recursive Newton-Euler algorithm (:meth:`_inverse_given` with one
+        column); ``qdd=None`` means v̇ = 0."""
         q = self._checked(q, bodies, qd)
-        E_J, E, r = self._joint_transforms(q, bodies)
-        dtype = E.dtype
-        S = self._subspaces(E_J, dtype)
-        qd_parts = self._per_joint(jnp.asarray(qd, dtype))
-        base = jnp.concatenate([jnp.zeros(3, dtype), -jnp.asarray(gravity, dtype)])
-        bias = self._joint_bias(E_J, qd_parts, dtype)
-        extra = (() if bias is None else (bias,)) + (
-            () if qdd is None else (self._per_joint(jnp.asarray(qdd, dtype)),)
-        )
-
-        def forward(parent, x):
-            # v_i = X v_λ + S q̇_i, a_i = X a_λ + S q̈_i + c_J + v_i ×ₘ S q̇_i, f_i = I a_i + v_i ×* I v_i
-            v_parent, a_parent = parent
-            E_i, r_i, S_i, v_joint, I, *rest = x
-            v = _to_child(E_i, r_i, v_parent) + v_joint
-            a = _to_child(E_i, r_i, a_parent) + _motion_cross(v, v_joint)
-            if bias is not None:
-                a = a + rest.pop(0)
-            if qdd is not None:  # v̇ = 0 (the bias force C) adds nothing
-                a = a + _dot(S_i, rest.pop(0)[:, None])[:, 0]
-            return (v, a), _mm(I, a) + _force_cross(v, _mm(I, v))
-
-        xs = (E, r, S, _joint_velocities(S, qd_parts), self._inertias(bodies), *extra)
-        force = _stacked(self._down(forward, (jnp.zeros(6, dtype), base), xs))
-
-        def backward(incoming, x):
-            E_i, r_i, f, S_i = x
-            total = f + incoming
-            return _to_parent(E_i, r_i, total), _mm(S_i.T, total)
-
-        return _joined(self._up(backward, jnp.zeros(6, dtype), (E, r, force, S)))
+        dtype = jnp.result_type(q, bodies.offset, qd, float)
+        X = jnp.zeros((self.nv, 1), dtype) if qdd is None else jnp.asarray(qdd, dtype)[:, None]
+        g = jnp.asarray(gravity, dtype)
+        return self._inverse_given(q, jnp.asarray(qd, dtype), bodies, g, X, np.ones(1))[:, 0]
 
     def solve_mass(self, q, bodies: Bodies, B, *, closed_form: bool | None = None):
         """M(q)⁻¹ B for B of shape (nv,) or (nv, k), by the articulated-body algorithm (Featherstone Table
@@ -876,7 +861,7 @@ class Tree(eqx.Module):
         joint_bias = self._joint_bias(E_J, qd_parts, E.dtype)
         c = jax.vmap(_motion_cross)(v, _stacked(v_joint)) + (0.0 if joint_bias is None else joint_bias)
         dtype = E.dtype
-        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        parameters = _body_parameters(bodies, dtype)
         p = jax.vmap(lambda v_i, *body: _force_cross(v_i, _inertia_times(*body, v_i)))(v, *parameters)
         return c, p
 
@@ -926,7 +911,7 @@ class Tree(eqx.Module):
             return (_inertia_to_parent(E_i, r_i, reduced), _to_parent(E_i, r_i, pa)), (U, D_inv, u)
 
         zero = (jnp.zeros((6, 6), dtype), jnp.zeros((6, k), dtype))
-        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        parameters = _body_parameters(bodies, dtype)
         U, D_inv, u = self._up(backward, zero, (E, r, *parameters, S, self._per_joint(columns), *per_body))
 
         def forward(a_parent, x):
@@ -987,7 +972,7 @@ class Tree(eqx.Module):
 
         base = jnp.concatenate([jnp.zeros(3, dtype), -gravity])[:, None] * w[None, :]
         a = _stacked(self._down(forward, base, (E, r, S, self._per_joint(X), *(() if c is None else (c,)))))
-        parameters = (bodies.mass.astype(dtype), bodies.com.astype(dtype), bodies.inertia.astype(dtype))
+        parameters = _body_parameters(bodies, dtype)
         force = jax.vmap(_inertia_times)(*parameters, a)
         if velocity:
             force = force + p[:, :, None] * w[None, None, :]
