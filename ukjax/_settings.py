@@ -8,6 +8,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+SMALL_BUFFER_BYTES = 512
+"""The largest buffer with which XLA:CPU runs a compiled loop body's kernels one after the other in the
+calling thread: one larger buffer anywhere in the body makes it dispatch them to its thread pool
+(``execute_sequential_buffer_threshold`` of XLA's ``ThunkExecutor``, not settable from outside), which for
+one scenario's step of ~200 tiny kernels costs more than it gains (the Panda: 1.65-1.84x per step)."""
+
 
 @contextlib.contextmanager
 def trace_setting(variable: contextvars.ContextVar, value):

@@ -311,6 +311,17 @@ def _inertia_times(mass, com, inertia, m):
     return jnp.concatenate([_mm(_symmetric(inertia), m_w) + _cross(c, h), h])
 
 
+def _one_dof_motion(joint: Joint, coordinate, dtype):
+    """(E_J, r_J) of one revolute or prismatic joint (:meth:`Tree._joint_motions`): cos q 1 + (1 - cos q) a aᵀ
+    - sin q [a]× and 0, or 1 and q a."""
+    a = np.asarray(joint.axis)
+    if joint.kind == "prismatic":
+        return jnp.eye(3, dtype=dtype), coordinate.astype(dtype) * jnp.asarray(a, dtype)
+    c, s = jnp.cos(coordinate).astype(dtype), jnp.sin(coordinate).astype(dtype)
+    outer, skew = jnp.asarray(np.outer(a, a), dtype), jnp.asarray(np.cross(a, np.eye(3)).T, dtype)
+    return c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew, jnp.zeros(3, dtype)
+
+
 def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
@@ -366,6 +377,33 @@ def unrolled_recursions(unrolled: bool = True):
 def recursions_unrolled() -> bool:
     """Whether :func:`unrolled_recursions` is in effect."""
     return _UNROLLED.get()
+
+
+_PER_BODY = contextvars.ContextVar("ukjax_tree_values_per_body", default=False)
+
+
+def per_body_values(per_body: bool = True):
+    """Trace a tree whose recursions are unrolled (not a serial one-DoF chain) with its per-body values
+    (joint rotations, velocities, forces, spatial inertias) kept body by body, no array spanning the
+    bodies (``per_body=False``: evaluated for all bodies at once where the algorithm allows, the default).
+
+    XLA:CPU runs a compiled loop body's kernels in order in the calling thread only when every buffer it
+    touches is at most 512 bytes (``ukjax._settings.SMALL_BUFFER_BYTES``); with one larger buffer it
+    dispatches them to its thread pool, which for one scenario's step of tiny kernels costs more than it
+    gains. The Panda's (9, 3, 3) rotations (648 bytes in float64) did that. :func:`ukjax.simulate` and
+    :func:`ukjax.simulate_batch` trace inside this on the CPU where the integrated state itself is that
+    small (one scenario, or a few, of a small system), and :meth:`ukjax.System.motion` keeps it only where
+    the UK solve's own matrices are that small too (``System._solve_fits_small_buffers``). For a batch,
+    evaluating all bodies at once compiles faster and runs as fast or faster (the Panda at 1024 scenarios
+    on two devices: 7.8 and 9.1 against 11.1 µs per step per scenario; Jansen's leg at 64 compiled in 29-33
+    against 41-43 s). :meth:`ukjax.System.motion` keys its compiled program on this setting
+    (:func:`values_per_body`)."""
+    return trace_setting(_PER_BODY, per_body)
+
+
+def values_per_body() -> bool:
+    """Whether :func:`per_body_values` is in effect."""
+    return _PER_BODY.get()
 
 
 def _scan_per_platform(step, init, xs, reverse):
@@ -564,14 +602,18 @@ class Tree(eqx.Module):
 
     # ------------------------------------------------------------------ kinematics
     def _joint_motions(self, q, dtype):
-        """(E_J, r_J) (n, 3, 3), (n, 3) of every joint: body coordinates = E_J (joint-frame coordinates -
-        r_J). Revolute: E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0; prismatic:
-        E_J = 1, r_J = q a (Featherstone Table 4.1); ball: E_J = R(quat)ᵀ, r_J = 0; free: E_J = R(quat)ᵀ,
-        r_J = p. The one-DoF joints are evaluated together."""
+        """(E_J, r_J) of every joint, (n, 3, 3) stacked, or a list of (3, 3) inside :func:`per_body_values`,
+        and (n, 3): body coordinates = E_J (joint-frame coordinates - r_J). Revolute:
+        E_J = R(a, q)ᵀ = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0; prismatic: E_J = 1, r_J = q a
+        (Featherstone Table 4.1); ball: E_J = R(quat)ᵀ, r_J = 0; free: E_J = R(quat)ᵀ, r_J = p. The one-DoF
+        joints are evaluated together unless kept apart."""
         one = [i for i, joint in enumerate(self.joints) if joint.nv == 1]
         starts = [s.start for s in self._slices("nq")]
         E_J, r_J = [None] * self.num_bodies, [None] * self.num_bodies
-        if one:
+        if one and self._apart:
+            for i in one:
+                E_J[i], r_J[i] = _one_dof_motion(self.joints[i], q[starts[i]], dtype)
+        elif one:
             angle = q if self._one_dof else q[np.asarray([starts[i] for i in one])]
             axes = np.stack([self.joints[i].axis for i in one])
             revolute = np.asarray([self.joints[i].kind == "revolute" for i in one])
@@ -590,16 +632,19 @@ class Tree(eqx.Module):
                 end = start + joint.nq
                 E_J[i] = quaternion_rotation(q[end - 4 : end].astype(dtype)).T
                 r_J[i] = q[start : start + 3].astype(dtype) if joint.kind == "free" else jnp.zeros(3, dtype)
-        return jnp.stack(E_J), jnp.stack(r_J)
+        return (E_J if self._apart else jnp.stack(E_J)), jnp.stack(r_J)
 
     def _joint_transforms(self, q, bodies: Bodies):
         """(E_J, E, r): the joint rotations E_J (:meth:`_joint_motions`) and every ^iX_λ = X_J X_T(i) as
-        (E, r) (n, 3, 3), (n, 3): E = E_J E_T, r = r_T + E_Tᵀ r_J."""
+        (E, r), E = E_J E_T as E_J is stored, r = r_T + E_Tᵀ r_J (n, 3)."""
         dtype = jnp.result_type(q, bodies.offset)
         E_J, r_J = self._joint_motions(q, dtype)
         if bodies.rotation is None:
             return E_J, E_J, bodies.offset + r_J
         E_T = bodies.rotation
+        if isinstance(E_J, list):
+            E = [_mm(E_J_i, E_T[i]) for i, E_J_i in enumerate(E_J)]
+            return E_J, E, bodies.offset + jnp.stack([_mm(E_T[i].T, r_J[i]) for i in range(self.num_bodies)])
         E = jnp.einsum("nij,njk->nik", E_J, E_T)
         return E_J, E, bodies.offset + jnp.einsum("nji,nj->ni", E_T, r_J)
 
@@ -637,7 +682,7 @@ class Tree(eqx.Module):
         p (n, 3) (m)."""
         q = self._checked(q, bodies)
         _, E, r = self._joint_transforms(q, bodies)
-        eye = jnp.eye(3, dtype=E.dtype)
+        eye = jnp.eye(3, dtype=r.dtype)
 
         def step(parent, x):
             R_parent, p_parent = parent
@@ -645,7 +690,7 @@ class Tree(eqx.Module):
             pose = (_mm(R_parent, E_i.T), p_parent + _mm(R_parent, r_i))
             return pose, pose
 
-        R, p = self._down(step, (eye, jnp.zeros(3, E.dtype)), (E, r))
+        R, p = self._down(step, (eye, jnp.zeros(3, r.dtype)), (E, r))
         return _stacked(R), _stacked(p)
 
     def point(self, q, bodies: Bodies, body: int, local):
@@ -671,7 +716,7 @@ class Tree(eqx.Module):
             raise ValueError("point_motion: trees of revolute and prismatic joints only")
         q = self._checked(q, bodies, qd)
         E_J, E, r = self._joint_transforms(q, bodies)
-        dtype = E.dtype
+        dtype = r.dtype
         qd = jnp.asarray(qd, dtype)
         revolute_np = np.asarray([joint.kind == "revolute" for joint in self.joints])
         axes = jnp.asarray(np.stack([joint.axis for joint in self.joints]), dtype)
@@ -690,7 +735,8 @@ class Tree(eqx.Module):
 
         zero = jnp.zeros(3, dtype)
         base = (jnp.eye(3, dtype=dtype), zero, zero, zero)
-        R, p, w, v, axis = map(_stacked, self._down(step, base, (E, r, axes, turning, sliding)))
+        R, *rest = self._down(step, base, (E, r, axes, turning, sliding))  # R: only R[body] is read
+        p, w, v, axis = map(_stacked, rest)
         spin = jax.vmap(_cross)(w, axis)  # ẇ_k = ω_k × w_k
         x_all, J_all, rate_all = [], [], []
         for body, local in points:
@@ -720,8 +766,18 @@ class Tree(eqx.Module):
         return chain[::-1]
 
     # ------------------------------------------------------------------ dynamics
-    def _inertias(self, bodies: Bodies):
-        return jax.vmap(_spatial_inertia)(bodies.mass, bodies.com, bodies.inertia)
+    @property
+    def _apart(self) -> bool:
+        """Whether per-body values are kept body by body (:func:`per_body_values`)."""
+        return not self._scans and _PER_BODY.get()
+
+    def _over_bodies(self, fn, *fields):
+        """``fn`` of every body's entries of ``fields`` (per-body values: stacked arrays, or lists from the
+        unrolled recursions): body by body, a list, inside :func:`per_body_values`; else one ``jax.vmap``
+        over the stacks."""
+        if self._apart:
+            return [fn(*(field[i] for field in fields)) for i in range(self.num_bodies)]
+        return jax.vmap(fn)(*(_stacked(field) for field in fields))
 
     def mass_matrix(self, q, bodies: Bodies):
         """M(q) (nv, nv) by the composite-rigid-body algorithm (Featherstone Table 6.2) in one sweep, leaves
@@ -732,7 +788,7 @@ class Tree(eqx.Module):
         step per body."""
         q = self._checked(q, bodies)
         E_J, E, r = self._joint_transforms(q, bodies)
-        S = self._subspaces(E_J, E.dtype)
+        S = self._subspaces(E_J, r.dtype)
         nv = self.nv
 
         def step(incoming, x):
@@ -743,25 +799,26 @@ class Tree(eqx.Module):
             rows = _mm(S_i.T, force)
             return (_inertia_to_parent(E_i, r_i, composite), _to_parent(E_i, r_i, force)), rows
 
-        zero = (jnp.zeros((6, 6), E.dtype), jnp.zeros((6, nv), E.dtype))
-        eye = jnp.eye(nv, dtype=E.dtype)
-        xs = (E, r, self._inertias(bodies), S, self._per_joint(eye))
+        zero = (jnp.zeros((6, 6), r.dtype), jnp.zeros((6, nv), r.dtype))
+        eye = jnp.eye(nv, dtype=r.dtype)
+        xs = (E, r, self._over_bodies(_spatial_inertia, *_body_parameters(bodies, r.dtype)), S,
+              self._per_joint(eye))
         subtree = _joined(self._up(step, zero, xs))  # rows of joint i: M_ik, k in subtree(i)
         diagonal = np.zeros((nv, nv))
         for s in self._slices("nv"):
             diagonal[s, s] = 1.0  # the joints' own blocks, in both subtree and its transpose
-        return subtree + subtree.T - jnp.asarray(diagonal, E.dtype) * subtree
+        return subtree + subtree.T - jnp.asarray(diagonal, r.dtype) * subtree
 
     def _velocities(self, E, r, v_joint):
-        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i (n, 6) from the joints' S_i q̇_i
-        (:func:`_joint_velocities`)."""
+        """Body velocities v_i = ^iX_λ v_λ + S_i q̇_i (6,) per body (stacked or a list, as the recursions
+        give them) from the joints' S_i q̇_i (:func:`_joint_velocities`)."""
 
         def step(v_parent, x):
             E_i, r_i, v_joint_i = x
             v = _to_child(E_i, r_i, v_parent) + v_joint_i
             return v, v
 
-        return _stacked(self._down(step, jnp.zeros(6, E.dtype), (E, r, v_joint)))
+        return self._down(step, jnp.zeros(6, r.dtype), (E, r, v_joint))
 
     def bias_force(self, q, qd, bodies: Bodies, gravity):
         """C(q, v) = τ needed for v̇ = 0: Coriolis, centrifugal and gravity terms (nv,), by the recursive
@@ -858,11 +915,13 @@ class Tree(eqx.Module):
         qd_parts = self._per_joint(qd)
         v_joint = _joint_velocities(S, qd_parts)
         v = self._velocities(E, r, v_joint)
-        joint_bias = self._joint_bias(E_J, qd_parts, E.dtype)
-        c = jax.vmap(_motion_cross)(v, _stacked(v_joint)) + (0.0 if joint_bias is None else joint_bias)
-        dtype = E.dtype
-        parameters = _body_parameters(bodies, dtype)
-        p = jax.vmap(lambda v_i, *body: _force_cross(v_i, _inertia_times(*body, v_i)))(v, *parameters)
+        joint_bias = self._joint_bias(E_J, qd_parts, r.dtype)
+        c = self._over_bodies(_motion_cross, v, v_joint)
+        if joint_bias is not None:
+            c = self._over_bodies(jnp.add, c, joint_bias)
+        parameters = _body_parameters(bodies, r.dtype)
+        gyroscopic = lambda v_i, *body: _force_cross(v_i, _inertia_times(*body, v_i))
+        p = self._over_bodies(gyroscopic, v, *parameters)
         return c, p
 
     def _articulated_pass(self, q, qd, tau, bodies: Bodies, gravity, B, weights):
@@ -883,7 +942,7 @@ class Tree(eqx.Module):
         dtype = B.dtype
         k = B.shape[1]
         velocity = bool(weights.any())
-        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        E_J, E, r = jax.tree.map(lambda x: x.astype(dtype), self._joint_transforms(q, bodies))
         S = self._subspaces(E_J, dtype)
         w = jnp.asarray(weights, dtype)
         columns = B + tau[:, None] * w[None, :] if velocity else B
@@ -959,7 +1018,7 @@ class Tree(eqx.Module):
         k = X.shape[1]
         velocity = bool(np.any(weights))
         w = jnp.asarray(weights, dtype)
-        E_J, E, r = (x.astype(dtype) for x in self._joint_transforms(q, bodies))
+        E_J, E, r = jax.tree.map(lambda x: x.astype(dtype), self._joint_transforms(q, bodies))
         S = self._subspaces(E_J, dtype)
         c, p = self._velocity_products(E_J, E, r, S, qd, bodies) if velocity else (None, None)
 
@@ -971,11 +1030,11 @@ class Tree(eqx.Module):
             return a, a
 
         base = jnp.concatenate([jnp.zeros(3, dtype), -gravity])[:, None] * w[None, :]
-        a = _stacked(self._down(forward, base, (E, r, S, self._per_joint(X), *(() if c is None else (c,)))))
+        a = self._down(forward, base, (E, r, S, self._per_joint(X), *(() if c is None else (c,))))
         parameters = _body_parameters(bodies, dtype)
-        force = jax.vmap(_inertia_times)(*parameters, a)
+        force = self._over_bodies(_inertia_times, *parameters, a)
         if velocity:
-            force = force + p[:, :, None] * w[None, None, :]
+            force = self._over_bodies(lambda f_i, p_i: f_i + p_i[:, None] * w[None, :], force, p)
 
         def backward(incoming, x):
             E_i, r_i, f_i, S_i = x
@@ -989,10 +1048,10 @@ class Tree(eqx.Module):
         """T = ½ Σ v_iᵀ I_i v_i (J)."""
         q = self._checked(q, bodies, qd)
         E_J, E, r = self._joint_transforms(q, bodies)
-        S = self._subspaces(E_J, E.dtype)
-        velocity = self._velocities(E, r, _joint_velocities(S, self._per_joint(jnp.asarray(qd, E.dtype))))
-        inertia = self._inertias(bodies)
-        return 0.5 * jnp.sum(velocity * jnp.einsum("nij,nj->ni", inertia, velocity))
+        S = self._subspaces(E_J, r.dtype)
+        velocity = self._velocities(E, r, _joint_velocities(S, self._per_joint(jnp.asarray(qd, r.dtype))))
+        momenta = self._over_bodies(_inertia_times, *_body_parameters(bodies, r.dtype), velocity)
+        return 0.5 * jnp.sum(_stacked(velocity) * _stacked(momenta))
 
     def potential_energy(self, q, bodies: Bodies, gravity):
         """V = -Σ m_i g · c_i^world (J), zero at the world origin's height."""

@@ -63,6 +63,7 @@ import numpy as np
 
 from ukjax import multibody
 from ukjax._entrywise import batched_by_entries
+from ukjax._settings import SMALL_BUFFER_BYTES
 from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
 from ukjax.diagnostics import DEFAULT_CONSTRAINT_ATOL as DEFAULT_CONSTRAINT_ATOL
@@ -298,22 +299,56 @@ def _diffeqsolve(system, config, numbers, vector_field, y0, params, event, batch
     else:
         controller = diffrax.ConstantStepSize()
         dt0 = numbers.dt
-    return diffrax.diffeqsolve(
-        diffrax.ODETerm(vector_field),
-        _projected_solver(system, config.solver, batched),
-        numbers.t0,
-        numbers.t1,
-        dt0,
-        y0,
-        params,
-        saveat=diffrax.SaveAt(ts=numbers.ts),
-        stepsize_controller=controller,
-        adjoint=config.adjoint,
-        event=event,
-        max_steps=config.max_steps,
-        throw=False,
-        progress_meter=diffrax.TqdmProgressMeter() if config.progress else diffrax.NoProgressMeter(),
-    )
+    small = _loops_pay() and _small_state(y0)  # XLA:CPU's in-order loop body (SMALL_BUFFER_BYTES)
+    pieces, restore = _in_small_pieces(params, batched) if small else (params, lambda p: p)
+    with multibody.per_body_values(small):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, y, args: vector_field(t, y, restore(args))),
+            _projected_solver(system, config.solver, batched),
+            numbers.t0,
+            numbers.t1,
+            dt0,
+            y0,
+            pieces,
+            saveat=diffrax.SaveAt(ts=numbers.ts),
+            stepsize_controller=controller,
+            adjoint=config.adjoint,
+            event=event,
+            max_steps=config.max_steps,
+            throw=False,
+            progress_meter=diffrax.TqdmProgressMeter() if config.progress else diffrax.NoProgressMeter(),
+        )
+
+
+def _small_state(y0) -> bool:
+    """Whether every array of the integrated state fits in :data:`SMALL_BUFFER_BYTES` (one scenario, or a
+    few, of a small system): only then can a step's loop body run its kernels in order."""
+    return all(jnp.size(x) * jnp.result_type(x).itemsize <= SMALL_BUFFER_BYTES for x in jax.tree.leaves(y0))
+
+
+def _in_small_pieces(params, batched: bool):
+    """``(pieces, restore)``: ``params`` with every array of more than :data:`SMALL_BUFFER_BYTES` per scenario
+    and at least two axes split into its rows (recursively), and the function that stacks them back.
+
+    diffrax carries its ``args`` through its loop, so every kernel of the step that reads a stacked body
+    parameter reads the whole buffer: the Panda's (9, 3, 3) inertia tensors (648 bytes in float64) alone
+    made one scenario's step dispatch its ~180 kernels to the thread pool. Split, each kernel reads its
+    body's row (XLA folds the slice of the restacked array into the row). ``batched``: batch axis first."""
+    axis = 1 if batched else 0
+
+    def split(x):
+        x = jnp.asarray(x)
+        per_scenario = x.shape[axis:]
+        if len(per_scenario) < 2 or x.dtype.itemsize * np.prod(per_scenario) <= SMALL_BUFFER_BYTES:
+            return x
+        return tuple(split(row) for row in jnp.unstack(x, axis=axis))
+
+    def stack(piece):
+        return jnp.stack([stack(p) for p in piece], axis=axis) if isinstance(piece, tuple) else piece
+
+    leaves, treedef = jax.tree.flatten(params)
+    pieces = [split(leaf) for leaf in leaves]
+    return pieces, lambda pieces: jax.tree.unflatten(treedef, [stack(p) for p in pieces])
 
 
 def _solve_lockstep(system, config, numbers, q0, qd0, params) -> Solution:
