@@ -111,11 +111,26 @@ def nine_bodies_one_scenario():
     return jax.jit(run), (q0, qd0, params)
 
 
-def test_one_scenario_of_a_nine_body_tree_loops_over_small_buffers(nine_bodies_one_scenario):
-    """The compiled one-scenario RK4 solve of the 9-body tree: diffrax's step loop and everything it calls
-    hold no array above 512 bytes (before, the (9, 3, 3) inertias and rotations, and the joint rotations
-    evaluated for all bodies at once, were 648 bytes each)."""
-    program, args = nine_bodies_one_scenario
+def _eight_link_chain():
+    """The unconstrained 8-link planar chain of ``ukjax.models.chain`` as a kinematic tree: a serial chain,
+    whose recursions one scenario's solve unrolls, its bodies kept apart ((8, 3, 3) is 576 bytes)."""
+    from ukjax.models import chain
+
+    system = chain.tree(8).system(chain.bodies, chain._gravity, applied_force=chain.joint_damping)
+    params = chain.default_params(8)
+    q0, qd0 = chain.initial_state(params)
+    run = lambda q0, qd0, p: ukjax.simulate(system, q0, qd0, p, t1=0.02, dt=1e-3, ts=[0.02],
+                                            solver=ukjax.RK4()).q  # fmt: skip
+    return jax.jit(run), (q0, qd0 + 0.3, params)
+
+
+@pytest.mark.parametrize("model", ["nine-body tree", "eight-link chain"])
+def test_one_scenario_loops_over_small_buffers(model, nine_bodies_one_scenario):
+    """The compiled one-scenario RK4 solve of the 9-body tree and of the unconstrained 8-link chain:
+    diffrax's step loop and everything it calls hold no array above 512 bytes (before, the (9, 3, 3)
+    inertias and rotations, the joint rotations evaluated for all bodies at once and a chain's stacked
+    per-body values were 576-648 bytes each)."""
+    program, args = nine_bodies_one_scenario if model == "nine-body tree" else _eight_link_chain()
     hlo = program.lower(*args).compile().as_text()
     buffers = loop_buffers(hlo)
     assert len(buffers) > 100  # the loops were found

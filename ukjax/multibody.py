@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ukjax._settings import trace_setting
+from ukjax._settings import SMALL_BUFFER_BYTES, trace_setting
 from ukjax.linalg import small_matmul as _mm
 from ukjax.linalg import sum_of_outer_products
 from ukjax.system import System
@@ -408,9 +408,11 @@ def values_per_body() -> bool:
 
 def _scan_per_platform(step, init, xs, reverse):
     """:func:`_scanned` as a loop over the bodies on the CPU (one compiled body step whatever n: compiles
-    fast, and for one scenario the loop is faster: the UR5's right-hand side 49.6 against 59.6 µs per RK4
-    step, docs/benchmarks.md), unrolled into straight-line code on every other platform (chosen when the
-    program is lowered, ``jax.lax.platform_dependent``) and inside :func:`unrolled_recursions`. On a GPU
+    fast, and one scenario of a constrained chain steps faster so: a pinned 4-link chain 25 against 34 µs
+    per RK4 step; an unconstrained one is traced inside :func:`unrolled_recursions` by
+    :func:`ukjax.simulate`, ``simulate_batch`` and ``step``), unrolled into straight-line code on every
+    other platform (chosen when the program is lowered, ``jax.lax.platform_dependent``) and inside
+    :func:`unrolled_recursions`. On a GPU
     each trip of a loop inside the right-hand side costs kernel launches and a device-to-host copy of its
     condition at every evaluation (``benchmarks/cuda_lowering.py``, ``tests/test_cuda_lowering.py``)."""
     if _UNROLLED.get():
@@ -579,7 +581,7 @@ class Tree(eqx.Module):
         """Root to leaves: (value_i, out_i) = step(value of the parent, or ``base`` at the world, x_i) with
         x_i = tuple(field[i] for field in xs); returns the outputs per body (stacked by ``lax.scan``, or
         lists: :func:`_stacked`, :func:`_joined`)."""
-        if self._scans:
+        if self._scans and not self._apart:
             return _scan_per_platform(step, base, xs, reverse=False)
         values, outs = [], []
         for i, parent in enumerate(self.parents):
@@ -591,7 +593,7 @@ class Tree(eqx.Module):
     def _up(self, step, zero, xs):
         """Leaves to root: (to_parent_i, out_i) = step(sum of the children's to_parent, or ``zero``, x_i);
         returns the outputs per body as :meth:`_down` does."""
-        if self._scans:
+        if self._scans and not self._apart:
             return _scan_per_platform(step, zero, xs, reverse=True)
         incoming, outs = [zero] * self.num_bodies, [None] * self.num_bodies
         for i in reversed(range(self.num_bodies)):
@@ -768,8 +770,13 @@ class Tree(eqx.Module):
     # ------------------------------------------------------------------ dynamics
     @property
     def _apart(self) -> bool:
-        """Whether per-body values are kept body by body (:func:`per_body_values`)."""
-        return not self._scans and _PER_BODY.get()
+        """Whether per-body values are kept body by body (:func:`per_body_values`): where the bodies' stacked
+        rotations (n, 3, 3) would exceed ``SMALL_BUFFER_BYTES`` (8 bodies and more in float64; below, the
+        stacks are small and fuse into fewer kernels: the UR5's one-scenario step 37-49 µs apart against
+        25-36 µs stacked), for a tree whose recursions are unrolled (a serial chain's inside
+        :func:`unrolled_recursions`, its loops then unrolled in Python like any tree's)."""
+        stacked = self.num_bodies * 9 * jax.dtypes.canonicalize_dtype(float).itemsize
+        return _PER_BODY.get() and stacked > SMALL_BUFFER_BYTES and (not self._scans or _UNROLLED.get())
 
     def _over_bodies(self, fn, *fields):
         """``fn`` of every body's entries of ``fields`` (per-body values: stacked arrays, or lists from the

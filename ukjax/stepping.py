@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from ukjax import dynamics, multibody
 from ukjax.linalg import looped_factorizations
 from ukjax.options import _loops_pay
-from ukjax.simulation import _Config, _Numbers, _state_derivative
+from ukjax.simulation import _Config, _Numbers, _state_derivative, _with_unrolled_recursions
 from ukjax.system import SOLVERS, System
 
 
@@ -89,7 +89,7 @@ def step(
                        pinv_rtol=nan if pinv_rtol is None else jnp.asarray(pinv_rtol, dtype),
                        consistency_rtol=nan, constraint_rtol=nan)  # fmt: skip
 
-    term = diffrax.ODETerm(_state_derivative(system, config, numbers))
+    term = diffrax.ODETerm(_with_unrolled_recursions(system, _state_derivative(system, config, numbers)))
     t0, t1 = state.t, state.t + jnp.asarray(dt, dtype)
     y0 = (state.q, state.qd)
     # one scenario's small factorizations as loops on the CPU, as ukjax.simulate traces them (Jansen's leg,
