@@ -509,8 +509,8 @@ def robot_step() -> str:
                      *[f"{rows_in[f'simulate_{v}']['cpu_per_wall']:.2f}" for v in variants]])  # fmt: skip
     mujoco = f"{rows_in['mujoco_rk4']['us_per_step']:.3g} µs"
     rows.append(["MuJoCo rollout, RK4, 1 thread", *[mujoco if i == 0 else "" for i in range(len(variants))]])
-    labels = {"scan": "one ABA pass (shipped)", "rnea_aba": "RNEA + ABA (before)",
-              "unrolled": "one ABA pass, joint loops unrolled"}  # fmt: skip
+    labels = {"scan": "one ABA pass, joint loops", "rnea_aba": "RNEA + ABA (earlier engine)",
+              "unrolled": "one ABA pass, joint loops unrolled (shipped)"}  # fmt: skip
     header = ["per RK4 step, one scenario", *[labels.get(v, v) for v in variants]]
     return table(header, rows)
 
