@@ -7,6 +7,7 @@ describe the machine the same way; it adds the exact jaxlib version and the devi
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
 from pathlib import Path
@@ -64,6 +65,24 @@ def machine_info() -> dict:
 def write_results(path, payload: dict) -> Path:
     """Write ``payload`` as indented JSON to ``path``, adding :func:`machine_info` as ``"environment"``."""
     return write_json(path, {**payload, "environment": machine_info()})
+
+
+def hlo_computations(hlo: str) -> tuple[str, dict[str, list[str]]]:
+    """(entry, computations) of a compiled HLO module's text (``compiled.as_text()``): the entry
+    computation's name and every computation's instruction lines by name."""
+    computations, current, entry = {}, None, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(ENTRY )?%?([\w.-]+) .*\{$", line)
+        if head and ("->" in line or line.startswith("ENTRY")):
+            current = head.group(2)
+            computations[current] = []
+            if line.startswith("ENTRY"):
+                entry = current
+        elif line.strip() == "}":
+            current = None
+        elif current:
+            computations[current].append(line)
+    return entry, computations
 
 
 def cpu_seconds() -> float:

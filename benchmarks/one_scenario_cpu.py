@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from ukjax.models import chain
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import cpu_seconds, write_results  # noqa: E402
 
 MODELS = ("ur5", "panda", "free8", "pinned8", "pinned4", "jansen")
 
@@ -70,11 +69,6 @@ def model(name: str):
     else:
         system = chain.multibody_system(links)
     return system, params, q0, qd0 + 0.3, None
-
-
-def cpu_time() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(name: str, args) -> dict:
@@ -109,10 +103,10 @@ def measure(name: str, args) -> dict:
     for _ in range(args.rounds):
         for k, call in calls.items():
             call()
-            start, start_cpu = time.perf_counter(), cpu_time()
+            start, start_cpu = time.perf_counter(), cpu_seconds()
             call()
             walls[k].append(time.perf_counter() - start)
-            cpu[k] += cpu_time() - start_cpu
+            cpu[k] += cpu_seconds() - start_cpu
         loads.append(os.getloadavg())
     final = {k: np.asarray(programs[k](q0, qd0, params)) for k in programs}
     row = {

@@ -45,7 +45,7 @@ from ukjax import multibody, robots
 
 ukjax.enable_float64()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HOMES, machine_info, robot_states, write_results  # noqa: E402
+from _common import HOMES, hlo_computations, machine_info, robot_states, write_results  # noqa: E402
 from robots_speed import mujoco_model  # noqa: E402
 from scaling import MujocoRollout  # noqa: E402
 
@@ -94,18 +94,7 @@ def kernels_per_call(hlo: str) -> int:
     one call of a compiled program runs: its entry computation's, plus each ``while`` loop's body and
     condition times the loop's trip count (known to XLA for ``lax.scan``), nested loops included. A small
     loop that XLA:CPU compiles into one function (a ``call`` marked ``xla_cpu_small_call``) is one kernel."""
-    computations, current = {}, None
-    for line in hlo.splitlines():
-        head = re.match(r"^(ENTRY )?%?([\w.-]+) .*\{$", line)
-        if head and ("->" in line or line.startswith("ENTRY")):
-            current = head.group(2)
-            computations[current] = []
-            if line.startswith("ENTRY"):
-                entry = current
-        elif line.strip() == "}":
-            current = None
-        elif current:
-            computations[current].append(line)
+    entry, computations = hlo_computations(hlo)
 
     def count(name: str) -> int:
         total = 0

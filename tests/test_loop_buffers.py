@@ -12,6 +12,8 @@ only where the integrated state is that small. Checked on the compiled program's
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,28 +23,16 @@ import pytest
 import ukjax
 from ukjax import multibody, simulation
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _common import hlo_computations  # noqa: E402
+
 _BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1}
-
-
-def _computations(hlo: str) -> dict[str, list[str]]:
-    """Instruction lines of every computation of an HLO module's text, by name."""
-    out, name = {}, None
-    for line in hlo.splitlines():
-        head = re.match(r"(?:ENTRY )?%([\w.\-]+) \(.*\{$", line)
-        if head:
-            name = head.group(1)
-            out[name] = []
-        elif line.startswith("}"):
-            name = None
-        elif name is not None:
-            out[name].append(line)
-    return out
 
 
 def loop_buffers(hlo: str) -> list[tuple[str, int]]:
     """(array type, bytes) of every array value inside the while loops of an HLO module: the bodies and
     conditions and the computations they call, not the inside of fusions (held in registers)."""
-    computations = _computations(hlo)
+    _, computations = hlo_computations(hlo)
     called = re.compile(r"(?:body|condition|to_apply|branch_computations)=\{?((?:%[\w.\-]+(?:, )?)+)\}?")
     pending = [name for lines in computations.values() for line in lines if " while(" in line
                for name in re.findall(r"(?:body|condition)=%([\w.\-]+)", line)]  # fmt: skip

@@ -311,15 +311,16 @@ def _inertia_times(mass, com, inertia, m):
     return jnp.concatenate([_mm(_symmetric(inertia), m_w) + _cross(c, h), h])
 
 
-def _one_dof_motion(joint: Joint, coordinate, dtype):
-    """(E_J, r_J) of one revolute or prismatic joint (:meth:`Tree._joint_motions`): cos q 1 + (1 - cos q) a aᵀ
-    - sin q [a]× and 0, or 1 and q a."""
-    a = np.asarray(joint.axis)
-    if joint.kind == "prismatic":
-        return jnp.eye(3, dtype=dtype), coordinate.astype(dtype) * jnp.asarray(a, dtype)
-    c, s = jnp.cos(coordinate).astype(dtype), jnp.sin(coordinate).astype(dtype)
-    outer, skew = jnp.asarray(np.outer(a, a), dtype), jnp.asarray(np.cross(a, np.eye(3)).T, dtype)
-    return c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew, jnp.zeros(3, dtype)
+def _one_dof_motions(axes, revolute, angle, dtype):
+    """(E_J, r_J) of revolute or prismatic joints (:meth:`Tree._joint_motions`), one joint or a stack: unit
+    ``axes`` (..., 3) and ``revolute`` (...) as NumPy constants, coordinates ``angle`` (...). Revolute:
+    E_J = cos q 1 + (1 - cos q) a aᵀ - sin q [a]×, r_J = 0; prismatic: E_J = 1, r_J = q a."""
+    c = jnp.where(revolute, jnp.cos(angle), 1.0)[..., None, None]
+    s = jnp.where(revolute, jnp.sin(angle), 0.0)[..., None, None]
+    outer = jnp.asarray(axes[..., :, None] * axes[..., None, :], dtype)
+    skew = jnp.asarray(np.swapaxes(np.cross(axes[..., None, :], np.eye(3)), -1, -2), dtype)  # [a]× per joint
+    E = c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew
+    return E, jnp.where(revolute, 0.0, angle)[..., None] * jnp.asarray(axes, dtype)
 
 
 def _add(a, b):
@@ -612,19 +613,15 @@ class Tree(eqx.Module):
         one = [i for i, joint in enumerate(self.joints) if joint.nv == 1]
         starts = [s.start for s in self._slices("nq")]
         E_J, r_J = [None] * self.num_bodies, [None] * self.num_bodies
-        if one and self._apart:
-            for i in one:
-                E_J[i], r_J[i] = _one_dof_motion(self.joints[i], q[starts[i]], dtype)
-        elif one:
-            angle = q if self._one_dof else q[np.asarray([starts[i] for i in one])]
+        if one:
             axes = np.stack([self.joints[i].axis for i in one])
             revolute = np.asarray([self.joints[i].kind == "revolute" for i in one])
-            c = jnp.where(revolute, jnp.cos(angle), 1.0)[:, None, None]
-            s = jnp.where(revolute, jnp.sin(angle), 0.0)[:, None, None]
-            outer = jnp.asarray(axes[:, :, None] * axes[:, None, :], dtype)
-            skew = jnp.asarray(np.stack([np.cross(a, np.eye(3)).T for a in axes]), dtype)  # [a]× per joint
-            E_one = c * jnp.eye(3, dtype=dtype) + (1 - c) * outer - s * skew
-            r_one = jnp.where(revolute, 0.0, angle)[:, None] * jnp.asarray(axes, dtype)
+        if one and self._apart:
+            for k, i in enumerate(one):
+                E_J[i], r_J[i] = _one_dof_motions(axes[k], revolute[k], q[starts[i]], dtype)
+        elif one:
+            angle = q if self._one_dof else q[np.asarray([starts[i] for i in one])]
+            E_one, r_one = _one_dof_motions(axes, revolute, angle, dtype)
             if self._one_dof:
                 return E_one, r_one
             for k, i in enumerate(one):

@@ -678,12 +678,16 @@ class System(eqx.Module):
         with small buffers alone. Jansen's leg (10 x 7 rows: 560 bytes in float64) ran its step 1.4x slower
         with them apart (261 against 186 µs, 9 interleaved rounds) and compiled 1.4x longer."""
         itemsize = jnp.result_type(q, float).itemsize
-        rows = sum(A.shape[0] for A, _ in jax.eval_shape(self.constraint_blocks, q, qd, t, p))
-        dense = self.mass_solve is None or solver != "uk" or self._dense_mass_pays(q, qd, t, p)
+        rows = self._constraint_rows(q, qd, t, p)
+        dense = self.mass_solve is None or solver != "uk" or self._dense_mass_pays(q, qd, t, p, rows)
         largest = max(rows * (self.n + 1), self.n * self.n if dense else 0)
         return largest * itemsize <= SMALL_BUFFER_BYTES
 
-    def _dense_mass_pays(self, q, qd, t, p) -> bool:
+    def _constraint_rows(self, q, qd, t, p) -> int:
+        """The number of constraint rows m at a state, from the blocks' shapes (nothing evaluated)."""
+        return sum(A.shape[0] for A, _ in jax.eval_shape(self.constraint_blocks, q, qd, t, p))
+
+    def _dense_mass_pays(self, q, qd, t, p, rows: int | None = None) -> bool:
         """Whether a kinematic tree's M, formed by its composite-rigid-body pass and factorized by Cholesky,
         serves the UK solve better than its articulated-body solve: with at least n constraint rows, which
         the solve compresses to n (:func:`ukjax.dynamics.compress_rows`), M⁻¹ is applied to n + 1 columns,
@@ -691,11 +695,11 @@ class System(eqx.Module):
         against 94.8 µs per step; with fewer rows than n the articulated-body solve stays (the UR5 without
         constraints 9.2 against 17.8 µs, a pinned 8-link chain 26.5 against 32.4). Only for a tree's solve
         (``mass_solve.given_force_solve``, :meth:`ukjax.multibody.Tree.system`); another ``mass_solve`` (a
-        composed system's blocks, a user's) is always used."""
+        composed system's blocks, a user's) is always used. ``rows``: m where the caller has it
+        (:meth:`_constraint_rows`)."""
         if getattr(self.mass_solve, "given_force_solve", None) is None:
             return False
-        blocks = jax.eval_shape(self.constraint_blocks, q, qd, t, p)
-        return sum(A.shape[0] for A, _ in blocks) >= self.n
+        return (self._constraint_rows(q, qd, t, p) if rows is None else rows) >= self.n
 
     def _given_force_solve(self):
         """``(q, qd, t, p, B, w) -> M⁻¹(B + Q wᵀ)`` (B (n, k), w (k,)) where ``mass_solve`` carries one
