@@ -1,4 +1,5 @@
-"""ukjax changes no global JAX setting on import; float64 is one explicit call."""
+"""ukjax changes no JAX setting on import (float64 is one explicit call); it sets one XLA:CPU compilation
+option where JAX has not started yet (small loops compiled whole)."""
 
 import json
 import os
@@ -90,6 +91,65 @@ def test_faster_cpu_compilation_stays_off_where_an_accelerator_may_start(monkeyp
         assert ukjax.sequential_cpu_kernels() is False and os.environ["XLA_FLAGS"] == "", platforms
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert ukjax.faster_cpu_compilation() is True and "fusion_emitters=false" in os.environ["XLA_FLAGS"]
+
+
+def test_whole_cpu_loops_option_joins_the_users_backend_options(monkeypatch):
+    """``ukjax.whole_cpu_loops`` (called by ``import ukjax``) puts XLA:CPU's small-loop threshold into
+    ``XLA_FLAGS``: a new ``--xla_backend_extra_options`` flag, or one more option of the user's own (XLA
+    reads one such flag, the last); a threshold the user set is left as it is; nothing where an accelerator
+    may start."""
+    import ukjax
+
+    option = f"{ukjax._config.CPU_LOOP_OPTION}={1 << 20}"
+    monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: [])
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert ukjax.whole_cpu_loops() is True
+    assert os.environ["XLA_FLAGS"] == f"--xla_backend_extra_options={option}"
+    assert ukjax.whole_cpu_loops() is False and os.environ["XLA_FLAGS"].count(option) == 1
+    theirs = "--xla_force_host_platform_device_count=2 --xla_backend_extra_options=a=1,b"
+    monkeypatch.setenv("XLA_FLAGS", theirs)
+    assert ukjax.whole_cpu_loops() is True and os.environ["XLA_FLAGS"] == f"{theirs},{option}"
+    own = f"--xla_backend_extra_options={ukjax._config.CPU_LOOP_OPTION}=1024"
+    monkeypatch.setenv("XLA_FLAGS", own)
+    assert ukjax.whole_cpu_loops() is False and os.environ["XLA_FLAGS"] == own
+    monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: ["xla_cuda13"])
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert ukjax.whole_cpu_loops() is False and os.environ["XLA_FLAGS"] == ""
+
+
+def test_import_compiles_small_loops_whole_with_the_same_trajectory():
+    """A fresh process that imports ukjax before JAX starts compiles a loop of ~16 KiB per iteration into one
+    function (``cpu_loops_compiled_whole``: no import of ukjax's starts JAX), and one whose user set XLA's
+    own threshold (1 KiB) runs it kernel by kernel, with ``ukjax.simulate``'s small-buffer workarounds. Both
+    integrate the pinned 4-link chain (a kinematic tree with one loop-closing constraint, RK4 at 1 ms) to the
+    same state: the same arithmetic, compiled differently (1e-14 for XLA's reassociation at ~1 rad)."""
+    from conftest import xla_flags_without
+
+    from ukjax._config import CPU_LOOP_OPTION
+
+    script = (
+        "import json, ukjax\n"
+        "from ukjax._config import cpu_loops_compiled_whole\n"
+        "from ukjax.models import chain\n"
+        "ukjax.enable_float64()\n"
+        "p = chain.default_params(4); q0, qd0 = chain.initial_state(p)\n"
+        "sol = ukjax.simulate(chain.multibody_system(4), q0, qd0 + 0.3, p, t1=0.05, dt=1e-3,"
+        " solver=ukjax.RK4())\n"
+        "print(json.dumps([cpu_loops_compiled_whole(), sol.q.tolist()]))\n"
+    )
+    flags = xla_flags_without()  # the users' configuration (the suite adds compile-time flags)
+    kernel_by_kernel = f"{flags} --xla_backend_extra_options={CPU_LOOP_OPTION}=1024".strip()
+    runs = [
+        json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                  env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags),
+                                  timeout=600).stdout.strip().splitlines()[-1])
+        for xla_flags in (flags, kernel_by_kernel)
+    ]  # fmt: skip
+    (whole, q_whole), (not_whole, q_kernels) = runs
+    assert whole is True and not_whole is False
+    assert np.all(np.isfinite(q_whole)) and np.ptp(np.asarray(q_whole)[:, 0]) > 1e-3  # it moved
+    np.testing.assert_allclose(q_whole, q_kernels, rtol=0, atol=1e-14)
 
 
 def test_sequential_cpu_kernels_gives_the_same_trajectory():

@@ -6,7 +6,10 @@ every buffer the body touches is at most 512 bytes (``execute_sequential_buffer_
 ~200 tiny kernels per step cost the Panda 2.5x per step. Two things keep a tree's buffers small: the
 parameters enter diffrax's loop split into rows (``ukjax.simulation._in_small_pieces``) and a tree whose
 recursions are unrolled keeps its per-body values body by body (``ukjax.multibody.per_body_values``), both
-only where the integrated state is that small. Checked on the compiled program's text, not by timing.
+only where the integrated state is that small and XLA:CPU runs the loop kernel by kernel: ``import ukjax``
+has it compile such loops into one function instead (``ukjax.whole_cpu_loops``), so this module traces as a
+process would where that is not in effect (``simulation.cpu_loops_compiled_whole`` False). Checked on the
+compiled program's text, not by timing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from _common import hlo_computations  # noqa: E402
 
 _BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def loops_run_kernel_by_kernel():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simulation, "cpu_loops_compiled_whole", lambda: False)
+        yield
 
 
 def loop_buffers(hlo: str) -> list[tuple[str, int]]:

@@ -22,7 +22,7 @@ import pytest
 from helpers import central_difference
 
 import ukjax
-from ukjax import dynamics, multibody, robots
+from ukjax import dynamics, multibody, robots, simulation
 from ukjax.constraints import Baumgarte, Holonomic, Nonholonomic
 from ukjax.models import chain
 
@@ -564,11 +564,12 @@ def _tree_scans(closed) -> list:
     return found
 
 
-def test_a_batch_of_an_unconstrained_chain_unrolls_its_recursions():
+def test_a_batch_of_an_unconstrained_chain_unrolls_its_recursions(monkeypatch):
     """``simulate_batch`` traces the right-hand side of an unconstrained serial chain with its recursions
     unrolled (``multibody.unrolled_recursions``: the UR5 at 1024 scenarios 1.2-1.35x faster per step on the
-    CPU, benchmarks/tree_unroll_batch.py), and so does one scenario's ``simulate`` (its loop runs in order
-    on the CPU: one UR5 scenario 1.4x faster per step); a pinned chain keeps the CPU's loops (the
+    CPU, benchmarks/tree_unroll_batch.py), and so does one scenario's ``simulate`` where XLA:CPU runs its
+    loop kernel by kernel (one UR5 scenario 1.4x faster per step), not where it compiles the loop whole
+    (``import ukjax``'s default: as fast either way); a pinned chain keeps the CPU's loops (the
     platform-dependent choice: a loop on the CPU, unrolled elsewhere). The batch's trajectories equal the
     single scenarios' to 1e-13 relative (the same arithmetic in another order: measured ~1e-15)."""
     params = chain.default_params(4, damping=0.1)
@@ -585,9 +586,13 @@ def test_a_batch_of_an_unconstrained_chain_unrolls_its_recursions():
     # holds unrolled ones alone (its 3 recursions), its post-processing at the saves the choice.
     unpaired = lambda scans: scans.count((4, 4)) - scans.count((4, 1))
     assert unpaired(traced["free"]) == 3 and unpaired(traced["pinned"]) == 0, str(traced)
-    single = jax.make_jaxpr(lambda a, b: ukjax.simulate(free, a, b, params, **kw).q)(q0[0], qd0[0])
-    single = _tree_scans(single)
-    assert unpaired(single) == 3, str(single)
+    for whole, unrolled in ((True, 0), (False, 3)):
+        monkeypatch.setattr(simulation, "cpu_loops_compiled_whole", lambda whole=whole: whole)
+        jax.clear_caches()  # simulate's program, traced with the other setting (constant in a process)
+        single = jax.make_jaxpr(lambda a, b: ukjax.simulate(free, a, b, params, **kw).q)(q0[0], qd0[0])
+        single = _tree_scans(single)
+        assert unpaired(single) == unrolled, (whole, single)
+    monkeypatch.undo()
     batch = ukjax.simulate_batch(free, q0, qd0, params, **kw).q[:, -1]
     one = jnp.stack([ukjax.simulate(free, q0[i], qd0[i], params, **kw).q[-1] for i in range(2)])
     assert float(jnp.max(jnp.abs(batch - one))) <= 1e-13 * float(jnp.max(jnp.abs(one)))

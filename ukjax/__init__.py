@@ -1,8 +1,9 @@
 """ukjax: differentiable simulation of constrained mechanical systems with the Udwadia-Kalaba equation.
 
 Public names are re-exported here explicitly; the modules they come from are the documentation of record.
-Importing ukjax changes no global JAX setting: call :func:`ukjax.enable_float64` for float64 (see
-:mod:`ukjax._config`).
+Importing ukjax changes no JAX setting: call :func:`ukjax.enable_float64` for float64 (see
+:mod:`ukjax._config`). It lets XLA:CPU compile small loops into one function where JAX has not started yet
+(:func:`ukjax.whole_cpu_loops`).
 """
 
 from ukjax import multibody as multibody
@@ -18,6 +19,7 @@ from ukjax._config import float64_enabled as float64_enabled
 from ukjax._config import jax_version_supported as jax_version_supported
 from ukjax._config import sequential_cpu_kernels as sequential_cpu_kernels
 from ukjax._config import use_cpu_cores as use_cpu_cores
+from ukjax._config import whole_cpu_loops as whole_cpu_loops
 from ukjax.constraints import AccelerationLevel as AccelerationLevel
 from ukjax.constraints import Baumgarte as Baumgarte
 from ukjax.constraints import Holonomic as Holonomic
@@ -57,3 +59,5 @@ from ukjax.system import System as System
 from ukjax.system import compose as compose
 
 __version__ = "0.1.0"
+
+whole_cpu_loops()  # before JAX starts (no import above starts it): tests/test_config.py checks that
