@@ -510,9 +510,38 @@ def robot_step() -> str:
     mujoco = f"{rows_in['mujoco_rk4']['us_per_step']:.3g} µs"
     rows.append(["MuJoCo rollout, RK4, 1 thread", *[mujoco if i == 0 else "" for i in range(len(variants))]])
     labels = {"scan": "one ABA pass, joint loops", "rnea_aba": "RNEA + ABA (earlier engine)",
-              "unrolled": "one ABA pass, joint loops unrolled (shipped)"}  # fmt: skip
+              "unrolled": "one ABA pass, joint loops unrolled"}  # fmt: skip
     header = ["per RK4 step, one scenario", *[labels.get(v, v) for v in variants]]
     return table(header, rows)
+
+
+ONE_SCENARIO = "one-scenario-cpu.json"
+ONE_SCENARIO_MODELS = {
+    "ur5": "UR5 (URDF)", "panda": "Panda (URDF)", "free8": "8-link chain, free",
+    "pinned8": "8-link chain, pinned", "pinned4": "4-link chain, pinned", "jansen": "Jansen's leg (3 loops)",
+}  # fmt: skip
+
+
+def one_scenario() -> str:
+    """One scenario's RK4 step with XLA:CPU's loops compiled whole (shipped) and run kernel by kernel."""
+    rows = []
+    for row in load(ONE_SCENARIO)["rows"]:
+        c = row["contenders"]
+        whole, kernels = c["whole_loops"], c["kernel_by_kernel"]
+        mujoco = c.get("mujoco_rk4")
+        rows.append([
+            ONE_SCENARIO_MODELS.get(row["model"], row["model"]),
+            bold(f"{whole['us_per_step']:.3g} µs"),
+            f"{kernels['us_per_step']:.3g} µs",
+            f"{row['kernel_by_kernel_over_whole_loops']:.2f}×",
+            f"{mujoco['us_per_step']:.3g} µs ({row['whole_loops_over_mujoco']:.2f}×)" if mujoco else "",
+            f"{whole['compile_s']:.1f} / {kernels['compile_s']:.1f} s",
+            sci(row["max_final_dq_whole_vs_kernel_by_kernel"]),
+        ])  # fmt: skip
+    header = ["RK4, 1 ms, one scenario", "loops compiled whole (shipped)", "kernel by kernel",
+              "kernel by kernel / whole", "MuJoCo RK4, 1 thread (whole / MuJoCo)",
+              "compile (whole / kernels)", "max Δq"]  # fmt: skip
+    return table(header, rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
 
 
 CPU_SCHEDULE = "cpu-schedule.json"
@@ -678,6 +707,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "robots-speed": robots_speed,
     "robots-speed-panda": lambda: robots_speed(ROBOTS_SPEED_PANDA),
     "robot-step": robot_step,
+    "one-scenario": one_scenario,
     "cpu-schedule": cpu_schedule,
     "lockstep-batch": lockstep_batch,
 }
