@@ -739,21 +739,24 @@ class Tree(eqx.Module):
         spin = jax.vmap(_cross)(w, axis)  # ẇ_k = ω_k × w_k
         x_all, J_all, rate_all = [], [], []
         for body, local in points:
-            chain = np.asarray(self._ancestors(body))
+            chain = self._ancestors(body)
+            rows = lambda a, chain=chain: jnp.stack([a[k] for k in chain])  # noqa: E731  (static: no gather)
             x = p[body] + _mm(R[body], jnp.asarray(local, dtype))
             xd = v[body] + _cross(w[body], x - p[body])
-            lever = x - p[chain]
+            lever = x - rows(p)
             turns = revolute_np[chain][:, None]
-            columns = jnp.where(turns, jax.vmap(_cross)(axis[chain], lever), axis[chain])
+            columns = jnp.where(turns, jax.vmap(_cross)(rows(axis), lever), rows(axis))
             rates = jnp.where(
                 turns,
-                jax.vmap(_cross)(spin[chain], lever) + jax.vmap(_cross)(axis[chain], xd - v[chain]),
-                spin[chain],
+                jax.vmap(_cross)(rows(spin), lever) + jax.vmap(_cross)(rows(axis), xd - rows(v)),
+                rows(spin),
             )
-            J = jnp.zeros((3, self.nv), dtype).at[:, chain].set(columns.T)
+            place = {k: i for i, k in enumerate(chain)}  # the other joints' columns are zero (no scatter)
+            zero = jnp.zeros(3, dtype)
+            J = jnp.stack([columns[place[k]] if k in place else zero for k in range(self.nv)], axis=1)
             x_all.append(x)
             J_all.append(J)
-            rate_all.append(_mm(rates.T, qd[chain]))
+            rate_all.append(_mm(rates.T, rows(qd)))
         return jnp.stack(x_all), jnp.stack(J_all), jnp.stack(rate_all)
 
     def _ancestors(self, body: int) -> list[int]:
