@@ -16,7 +16,7 @@ why ukjax compiles none unless asked (``simulate(..., throw=True)``, ``progress=
 
 One XLA:CPU compilation option is set on import, where JAX has not started yet in a CPU-only process
 (:func:`whole_cpu_loops`): loops of less than 1 MiB per iteration compiled into one function, which changes
-how fast one scenario steps (1.2-10x), not what it computes.
+how fast one scenario steps (2-10x), not what it computes.
 
 Every entry point integrates in the dtype of the state it is given and says so (``Solution.q.dtype``; the
 command line prints it). :func:`simulate <ukjax.simulation.simulate>` warns once when float64 was not
@@ -122,9 +122,9 @@ def whole_cpu_loops(byte_threshold: int = CPU_LOOP_BYTES) -> bool:
     XLA:CPU otherwise runs a loop's body as a chain of kernels, each dispatched by its runtime on its own:
     one UR5 scenario's RK4 step is ~460 kernels of 40-70 ns of dispatch each, more than the arithmetic.
     Compiled whole (XLA's small-loop hoisting, which it applies by default only below 1 KiB), one scenario's
-    step ran 1.2-10x faster on the 2-core CPU (``benchmarks/one_scenario_cpu.py``, fresh processes: the Panda
-    11.9 against 60.0 µs per RK4 step, MuJoCo's 11.1; a pinned 8-link chain 21.7 against 210 µs), the final
-    states equal to 5e-16. Batches above the
+    step ran 2.2-9.5x faster on the 2-core CPU (``benchmarks/one_scenario_cpu.py``, fresh processes: the Panda
+    14.0 against 63.8 µs per RK4 step, MuJoCo's 15.6; a pinned 8-link chain 20.8 against 198 µs), the final
+    states equal to 1.1e-15. Batches above the
     threshold (a UR5 batch of 64 touches ~5 MB per step) are left as they are: compiled whole they ran no
     faster (``benchmarks/robots_speed.py``, 1024 scenarios on two devices, 5.7-6.7 against 5.7 µs).
 
