@@ -632,6 +632,11 @@ def test_point_motion_equals_automatic_differentiation(parents):
     for ours, theirs in zip(found, expected, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-13)
     assert not np.any(np.asarray(found[1][:, 3, :, 1:]))  # the root's point moves with joint 0 only
+    # Static chains read by slices and J's columns stacked: no gather or scatter (XLA:CPU's fusion emitters
+    # made one scenario's step of Jansen's leg 4.7x slower with its four (3, 7) scatters: 157 against 33 µs)
+    motion = lambda q, qd: tree.point_motion(q, qd, bodies, points)  # noqa: E731
+    program = jax.jit(motion).lower(states[0][0], states[1][0])
+    assert "stablehlo.scatter" not in program.as_text() and "stablehlo.gather" not in program.as_text()
     with pytest.raises(ValueError, match="revolute and prismatic joints only"):
         multibody.Tree.chain([multibody.ball()]).point_motion(jnp.array([1.0, 0, 0, 0]), jnp.zeros(3),
                                                               bodies, [(0, np.zeros(3))])  # fmt: skip
