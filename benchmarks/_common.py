@@ -6,9 +6,12 @@ describe the machine the same way; it adds the exact jaxlib version and the devi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,6 +86,14 @@ def hlo_computations(hlo: str) -> tuple[str, dict[str, list[str]]]:
         elif current:
             computations[current].append(line)
     return entry, computations
+
+
+def child_json(command: list[str], xla_flags: str) -> dict:
+    """The JSON a benchmark's child process prints last: ``command`` run in a fresh CPU-only process
+    (``JAX_PLATFORMS=cpu``) with ``XLA_FLAGS=xla_flags``, for options XLA reads only when JAX starts."""
+    env = dict(os.environ, XLA_FLAGS=xla_flags, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def cpu_seconds() -> float:

@@ -98,7 +98,7 @@ def main(argv=None) -> None:
         print(json.dumps(measure(args.child)))
         return
     sys.path.insert(0, str(HERE))
-    from _common import write_results
+    from _common import child_json, write_results
 
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()  # noqa: E731
     before = uptime()
@@ -108,10 +108,8 @@ def main(argv=None) -> None:
         for workload in args.workloads:
             order = list(CONTENDERS) if r % 2 == 0 else list(CONTENDERS)[::-1]
             for name in order:
-                env = dict(os.environ, XLA_FLAGS=CONTENDERS[name], JAX_PLATFORMS="cpu")
-                done = subprocess.run([sys.executable, __file__, "--child", workload], capture_output=True,
-                                      text=True, env=env, check=True)  # fmt: skip
-                row = json.loads(done.stdout.strip().splitlines()[-1]) | {"load": os.getloadavg()[0]}
+                row = child_json([__file__, "--child", workload], CONTENDERS[name])
+                row["load"] = os.getloadavg()[0]
                 finals.setdefault(workload, {}).setdefault(name, row.pop("final"))  # compared, not written
                 runs[workload][name].append(row)
                 print(f"round {r + 1} {workload} {name}: {row['us_per_step']:.2f} µs/step, compile "

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -128,17 +127,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--dt", type=float, default=1e-3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=7, help="timed calls per process; their median")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="benchmarks/results/one-scenario-cpu.json")
     args = parser.parse_args(argv)
-    if args.worker:
-        name, mujoco = args.worker.split(":")
+    if args.child:
+        name, mujoco = args.child.split(":")
         print(json.dumps(measure(name, args.steps, args.dt, args.calls, mujoco == "1")))
         return {}
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from _common import write_results
+    from _common import child_json, write_results
 
     load_before = os.getloadavg()
     rows = []
@@ -146,12 +145,11 @@ def main(argv=None) -> dict:
         runs = {k: [] for k in CONTENDERS}
         for _ in range(args.rounds):
             for contender, flag in CONTENDERS.items():
-                env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip())
-                worker = f"{name}:{int(contender == 'whole_loops')}"
-                command = [sys.executable, __file__, "--worker", worker, "--steps", str(args.steps),
-                           "--dt", str(args.dt), "--calls", str(args.calls)]  # fmt: skip
-                done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-                runs[contender].append({**json.loads(done.stdout.splitlines()[-1]), "load": os.getloadavg()})
+                child = f"{name}:{int(contender == 'whole_loops')}"
+                command = [__file__, "--child", child, "--steps", str(args.steps), "--dt", str(args.dt),
+                           "--calls", str(args.calls)]  # fmt: skip
+                flags = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+                runs[contender].append({**child_json(command, flags), "load": os.getloadavg()})
         final = {k: np.asarray(v[0]["final_q"]) for k, v in runs.items()}
         median = lambda rs, key, field: float(np.median([r[key][field] for r in rs]))  # noqa: E731
         contenders = {

@@ -140,13 +140,8 @@ def test_import_compiles_small_loops_whole_with_the_same_trajectory():
     )
     flags = xla_flags_without()  # the users' configuration (the suite adds compile-time flags)
     kernel_by_kernel = f"{flags} --xla_backend_extra_options={CPU_LOOP_OPTION}=1024".strip()
-    runs = [
-        json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                                  env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags),
-                                  timeout=600).stdout.strip().splitlines()[-1])
-        for xla_flags in (flags, kernel_by_kernel)
-    ]  # fmt: skip
-    (whole, q_whole), (not_whole, q_kernels) = runs
+    (whole, q_whole), (not_whole, q_kernels) = (_printed_json(script, xla_flags=f)
+                                                for f in (flags, kernel_by_kernel))  # fmt: skip
     assert whole is True and not_whole is False
     assert np.all(np.isfinite(q_whole)) and np.ptp(np.asarray(q_whole)[:, 0]) > 1e-3  # it moved
     np.testing.assert_allclose(q_whole, q_kernels, rtol=0, atol=1e-14)
@@ -171,11 +166,16 @@ def test_sequential_cpu_kernels_gives_the_same_trajectory():
         "print(json.dumps([sol.q.tolist(), 'concurrency_optimized' in os.environ['XLA_FLAGS']]))\n"
     )
     # the suite's flags without this one (the suite sets it too: conftest.SUITE_XLA_FLAGS)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags_without(SEQUENTIAL_CPU_KERNELS_FLAG))
-    (on, flagged), (off, unflagged) = (
-        json.loads(subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True,
-                                  env=env, check=True, timeout=600).stdout.strip().splitlines()[-1])
-        for mode in ("on", "off")
-    )  # fmt: skip
+    flags = xla_flags_without(SEQUENTIAL_CPU_KERNELS_FLAG)
+    (on, flagged), (off, unflagged) = (_printed_json(script, mode, xla_flags=flags) for mode in ("on", "off"))
     assert flagged and not unflagged
     np.testing.assert_allclose(on, off, rtol=0, atol=1e-14)
+
+
+def _printed_json(script: str, *args: str, xla_flags: str):
+    """What ``script`` prints last, as JSON, run with ``args`` in a fresh CPU-only process whose
+    ``XLA_FLAGS`` are ``xla_flags`` (options XLA reads when JAX starts)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
+                          check=True, timeout=600)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])

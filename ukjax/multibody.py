@@ -743,16 +743,13 @@ class Tree(eqx.Module):
             rows = lambda a, chain=chain: jnp.stack([a[k] for k in chain])  # noqa: E731  (static: no gather)
             x = p[body] + _mm(R[body], jnp.asarray(local, dtype))
             xd = v[body] + _cross(w[body], x - p[body])
-            lever = x - rows(p)
+            lever, axes_k, spin_k = x - rows(p), rows(axis), rows(spin)
             turns = revolute_np[chain][:, None]
-            columns = jnp.where(turns, jax.vmap(_cross)(rows(axis), lever), rows(axis))
+            columns = jnp.where(turns, jax.vmap(_cross)(axes_k, lever), axes_k)
             rates = jnp.where(
-                turns,
-                jax.vmap(_cross)(rows(spin), lever) + jax.vmap(_cross)(rows(axis), xd - rows(v)),
-                rows(spin),
+                turns, jax.vmap(_cross)(spin_k, lever) + jax.vmap(_cross)(axes_k, xd - rows(v)), spin_k
             )
             place = {k: i for i, k in enumerate(chain)}  # the other joints' columns are zero (no scatter)
-            zero = jnp.zeros(3, dtype)
             J = jnp.stack([columns[place[k]] if k in place else zero for k in range(self.nv)], axis=1)
             x_all.append(x)
             J_all.append(J)
