@@ -68,9 +68,9 @@ def step(
 
     For many steps (a model-predictive controller's horizon), call it inside ``jax.lax.scan`` or
     ``fori_loop`` in one ``jit``: on the CPU XLA then compiles the loop into one function
-    (:func:`ukjax.whole_cpu_loops`). The UR5 (RK4, 1 ms, one scenario, 2-core CPU) took 9.2 µs per step so,
-    against 46 µs per call of a jitted ``step`` from a Python loop (the call's overhead, and its kernels
-    dispatched one by one); Jansen's leg 38 against 123 µs.
+    (:func:`ukjax.whole_cpu_loops`; measured for :func:`ukjax.simulate` by
+    ``benchmarks/one_scenario_cpu.py``), where a jitted ``step`` called from a Python loop pays the call
+    and runs its kernels one by one.
     """
     if not isinstance(system, System):
         raise TypeError(f"system must be a ukjax.System, got {type(system).__name__}")
