@@ -142,10 +142,12 @@ if _PROFILE_DIR:
     jax.monitoring.register_event_listener(_profile_event)
 
 
-# The suite's modules run longest first: ``--dist loadfile`` hands whole files to the two workers in
-# collection order, so a long file collected last (alphabetically) kept one worker busy alone at the end. The
-# seconds per module come from a profile of the suite (``benchmarks/suite_profile.py --costs``); a module not
-# in the table counts as the median.
+# The suite's modules run longest first: ``--dist loadfile --no-loadscope-reorder`` hands whole files to the
+# two workers in collection order, so a long file collected last kept one worker busy alone at the end.
+# (Without ``--no-loadscope-reorder``, pytest-xdist orders the files by their number of tests instead: in a
+# run of 12df523 the README's and the compiler-configuration modules, 44 s together, ran last on one worker,
+# which ended 42 s after the other.) The seconds per module come from a profile of the suite
+# (``benchmarks/suite_profile.py --costs``); a module not in the table counts as the median.
 _COSTS_FILE = os.path.join(os.path.dirname(__file__), "suite_costs.json")
 
 

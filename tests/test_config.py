@@ -123,9 +123,9 @@ def test_import_compiles_small_loops_whole_with_the_same_trajectory():
     function (``cpu_loops_compiled_whole``: no import of ukjax's starts JAX), and one whose user set XLA's
     own threshold (1 KiB) runs it kernel by kernel, with ``ukjax.simulate``'s small-buffer workarounds. Both
     integrate the pinned 4-link chain (a kinematic tree with one loop-closing constraint, RK4 at 1 ms) to the
-    same state: the same arithmetic, compiled differently (1e-14 for XLA's reassociation at ~1 rad)."""
-    from conftest import xla_flags_without
-
+    same state: the same arithmetic, compiled differently (1e-14 for XLA's reassociation at ~1 rad). Both run
+    with the suite's compile-time flags (``conftest.SUITE_XLA_FLAGS``; the hoisting is an HLO pass, which
+    they leave on), which halve the two processes' compilation."""
     from ukjax._config import CPU_LOOP_OPTION
 
     script = (
@@ -138,7 +138,7 @@ def test_import_compiles_small_loops_whole_with_the_same_trajectory():
         " solver=ukjax.RK4())\n"
         "print(json.dumps([cpu_loops_compiled_whole(), sol.q.tolist()]))\n"
     )
-    flags = xla_flags_without()  # the users' configuration (the suite adds compile-time flags)
+    flags = os.environ.get("XLA_FLAGS", "")
     kernel_by_kernel = f"{flags} --xla_backend_extra_options={CPU_LOOP_OPTION}=1024".strip()
     (whole, q_whole), (not_whole, q_kernels) = (_printed_json(script, xla_flags=f)
                                                 for f in (flags, kernel_by_kernel))  # fmt: skip
