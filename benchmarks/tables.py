@@ -544,6 +544,34 @@ def one_scenario() -> str:
     return table(header, rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
 
 
+BATCH_CHUNKS = "batch-chunks-cpu.json"
+BATCH_CHUNKS_MODELS = {
+    "user_scara": "user-written SCARA (Tsit5, 5 ms)", "ur5": "UR5 (URDF, RK4)", "panda": "Panda (URDF, RK4)",
+    "jansen": "Jansen's leg (3 loops, RK4)",
+}  # fmt: skip
+
+
+def batch_chunks() -> str:
+    """A CPU batch in chunks compiled whole (shipped ``chunk_size="auto"``) against chunks of 256."""
+    found = load(BATCH_CHUNKS)
+    rows = []
+    for row in found["rows"]:
+        whole, before = row["contenders"]["whole_loop_chunks"], row["contenders"]["chunks_of_256"]
+        rows.append([
+            BATCH_CHUNKS_MODELS.get(row["model"], row["model"]),
+            bold(f"{whole['us_per_step_per_scenario']:.3g} µs"),
+            f"{before['us_per_step_per_scenario']:.3g} µs",
+            f"{row['speedup']:.2f}×",
+            f"{whole['cpu_per_wall']:.2f} / {before['cpu_per_wall']:.2f}",
+            f"{whole['compile_s']:.1f} / {before['compile_s']:.1f} s",
+            sci(row["max_final_dq"]),
+        ])  # fmt: skip
+    header = [f"{found['config']['batch']} scenarios, one CPU device", "chunks compiled whole (shipped)",
+              "chunks of 256, kernel by kernel", "speed-up", "CPU s per wall s", "compile",
+              "max Δq"]  # fmt: skip
+    return table(header, rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
+
+
 CPU_SCHEDULE = "cpu-schedule.json"
 CPU_SCHEDULE_WORKLOADS = {
     "ur5_one": "UR5, one scenario, ukjax.simulate in a jit (µs per step)",
@@ -708,6 +736,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "robots-speed-panda": lambda: robots_speed(ROBOTS_SPEED_PANDA),
     "robot-step": robot_step,
     "one-scenario": one_scenario,
+    "batch-chunks": batch_chunks,
     "cpu-schedule": cpu_schedule,
     "lockstep-batch": lockstep_batch,
 }

@@ -15,8 +15,8 @@ default (``ukjax --no-cache`` does not). Programs that hold host callbacks are n
 why ukjax compiles none unless asked (``simulate(..., throw=True)``, ``progress=True``).
 
 One XLA:CPU compilation option is set on import, where JAX has not started yet in a CPU-only process
-(:func:`whole_cpu_loops`): loops of less than 1 MiB per iteration compiled into one function, which changes
-how fast one scenario steps (2-10x), not what it computes.
+(:func:`whole_cpu_loops`): loops of less than 4 MiB per iteration compiled into one function, which changes
+how fast one scenario and a batch's chunks step (2-10x and 1.2-2x), not what they compute.
 
 Every entry point integrates in the dtype of the state it is given and says so (``Solution.q.dtype``; the
 command line prints it). :func:`simulate <ukjax.simulation.simulate>` warns once when float64 was not
@@ -105,9 +105,11 @@ def faster_cpu_compilation() -> bool:
     return _add_cpu_flag(FASTER_CPU_COMPILATION_FLAG)
 
 
-CPU_LOOP_BYTES = 1 << 20
+CPU_LOOP_BYTES = 4 << 20
 """The one-iteration memory traffic (bytes, XLA's cost analysis) below which XLA:CPU compiles a ``while``
-loop into one function once :func:`whole_cpu_loops` is in effect (XLA's own default: 1024)."""
+loop into one function once :func:`whole_cpu_loops` is in effect (XLA's own default: 1024). 4 MiB: one
+scenario of every model measured (70-170 KB per step) and the chunks of a CPU batch
+(:func:`ukjax.options.whole_loop_chunk`)."""
 
 CPU_LOOP_OPTION = "xla_cpu_small_while_loop_byte_threshold"
 """XLA:CPU's backend option (``--xla_backend_extra_options=KEY=VALUE`` in ``XLA_FLAGS``) that
@@ -124,9 +126,11 @@ def whole_cpu_loops(byte_threshold: int = CPU_LOOP_BYTES) -> bool:
     Compiled whole (XLA's small-loop hoisting, which it applies by default only below 1 KiB), one scenario's
     step ran 2.2-9.5x faster on the 2-core CPU (``benchmarks/one_scenario_cpu.py``, fresh processes: the Panda
     14.0 against 63.8 µs per RK4 step, MuJoCo's 15.6; a pinned 8-link chain 20.8 against 198 µs), the final
-    states equal to 1.1e-15. Batches above the
-    threshold (a UR5 batch of 64 touches ~5 MB per step) are left as they are: compiled whole they ran no
-    faster (``benchmarks/robots_speed.py``, 1024 scenarios on two devices, 5.7-6.7 against 5.7 µs).
+    states equal to 1.1e-15. A CPU batch is integrated in chunks small enough for it
+    (:func:`ukjax.simulate_batch`'s ``chunk_size="auto"``, :func:`ukjax.options.whole_loop_chunk`); a loop
+    above the threshold (a chunk of 256 UR5 scenarios touches ~20 MB per step) is left as it is: compiled
+    whole it ran no faster (``benchmarks/robots_speed.py``, 1024 scenarios on two devices, 5.7-6.7 against
+    5.7 µs); in chunks compiled whole, see ``benchmarks/batch_chunks_cpu.py``.
 
     Only in a CPU-only process (:func:`cpu_only_process`), where ``XLA_FLAGS`` does not set this option
     already (a threshold of your own wins: ``xla_cpu_small_while_loop_byte_threshold=1024`` restores XLA's

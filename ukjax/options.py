@@ -55,7 +55,20 @@ past a few hundred scenarios they no longer fit the CPU caches. SCARA, fixed-ste
 seconds per scenario-step on one core of the 2-core CPU (load ~3.5; ``benchmarks/throughput.py``): 1024
 scenarios in one ``vmap`` 2.73 µs, in chunks of 512 / 256 / 128 / 64: 2.67 / 2.36 / 2.31 / 2.69 µs; 8192
 scenarios in one ``vmap`` 4.23 µs, in chunks of 2048 / 1024 / 256: 3.74 / 2.70 / 2.33 µs. On an accelerator
-the whole batch is one ``vmap`` (it wants large batches)."""
+the whole batch is one ``vmap`` (it wants large batches). Where XLA:CPU compiles small loops whole
+(:func:`ukjax.whole_cpu_loops`), the chunks are smaller still: :func:`whole_loop_chunk`."""
+
+WHOLE_LOOP_STEP_BYTES = 6_000_000
+"""Budget of :func:`whole_loop_chunk`: the bytes one step of a chunk writes, counted on the right-hand side's
+jaxpr (:func:`ukjax._entrywise.entry_operations` x the dtype's size x evaluations per step x scenarios).
+
+XLA:CPU compiles a loop whole when its iteration touches fewer bytes than its threshold after fusion
+(:data:`ukjax._config.CPU_LOOP_BYTES`, 4 MiB), a number known only once compiled. The jaxpr's count is
+larger and its ratio to XLA's varies by model: at a threshold of 1 MiB, chunks of 8 UR5 scenarios (RK4,
+1.9 MB by this count) and of 64 user-written SCARAs (Tsit5, entry by entry, 4.2 MB) and of 8 Jansen legs
+(5.1 MB) were compiled whole, 16 UR5s (3.9 MB) and 128 SCARAs (8.4 MB) were not; at 4 MiB, 32 UR5s (7.7 MB)
+were. So XLA's bytes are 0.27-0.54 of this count for the UR5, less than 0.21 for the others, and 6 MB keeps
+every chunk chosen below 3.3 MB by XLA's count, under the 4 MiB threshold."""
 
 
 OPTION_DEFAULTS = {
@@ -437,6 +450,22 @@ def vmap_size(batch: int, chunk_size: int | None) -> int:
     if chunk_size is None or batch <= chunk_size:
         return batch
     return -(-batch // -(-batch // chunk_size))
+
+
+def whole_loop_chunk(step_bytes: int, chunk_size: int, entrywise_min_batch: int | None = None) -> int:
+    """Scenarios per chunk of a CPU batch whose loop XLA:CPU compiles whole (one function, its arrays in the
+    caches): the largest power of two up to ``chunk_size`` whose ``step_bytes`` per scenario and step stay
+    within :data:`WHOLE_LOOP_STEP_BYTES`, at least 1; at least ``entrywise_min_batch`` where that is given
+    (a system evaluated entry by entry from that many scenarios on, 1.3-1.7x faster than under ``vmap``).
+
+    Measured (``benchmarks/batch_chunks_cpu.py``; one CPU device, medians of interleaved rounds, fresh
+    processes): see the Benchmarks page, "Batches in whole loops"."""
+    chunk = 1
+    while 2 * chunk <= chunk_size and 2 * chunk * step_bytes <= WHOLE_LOOP_STEP_BYTES:
+        chunk *= 2
+    if entrywise_min_batch is not None and chunk < entrywise_min_batch <= chunk_size:
+        chunk = entrywise_min_batch
+    return chunk
 
 
 def _chunk_size(chunk_size) -> int | None:
