@@ -3,11 +3,12 @@ for, ``ukjax.whole_cpu_loops``) against its loops run kernel by kernel (issue 41
 
 XLA:CPU runs a ``while`` loop's body as a chain of kernels, each dispatched on its own, unless the loop's one
 iteration touches fewer bytes than its small-loop threshold (1 KiB by default); below it, the loop is one
-function. ``import ukjax`` raises the threshold to 1 MiB in a CPU-only process that has not started JAX
-(``--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1048576``). The option is read when
-JAX starts its CPU backend, so each contender runs in its own fresh process, compiled first and then timed
-(``--calls`` calls, median); the contenders alternate round by round (``--rounds``, medians over rounds; µs
-per RK4 step of 1 ms, ``--steps`` steps, float64):
+function. ``import ukjax`` raises the threshold (to 4 MiB; 1 MiB when ``results/one-scenario-cpu.json`` was
+measured, which one scenario of every model here falls under either way) in a CPU-only process that has not
+started JAX (``--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=...``). The option is read
+when JAX starts its CPU backend, so each contender runs in its own fresh process, compiled first and then
+timed (``--calls`` calls, median); the contenders alternate round by round (``--rounds``, medians over
+rounds; µs per RK4 step of 1 ms, ``--steps`` steps, float64):
 
 * ``whole_loops``: ``ukjax.simulate(..., solver=ukjax.RK4(), ts=[t1])`` in a ``jax.jit``, as shipped;
 * ``kernel_by_kernel``: the same with XLA's default threshold (``..._byte_threshold=1024`` in

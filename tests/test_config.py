@@ -100,7 +100,7 @@ def test_whole_cpu_loops_option_joins_the_users_backend_options(monkeypatch):
     may start."""
     import ukjax
 
-    option = f"{ukjax._config.CPU_LOOP_OPTION}={1 << 20}"
+    option = f"{ukjax._config.CPU_LOOP_OPTION}={4 << 20}"
     monkeypatch.setattr(ukjax._config, "accelerator_plugins", lambda: [])
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert ukjax.whole_cpu_loops() is True

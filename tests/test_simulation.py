@@ -157,8 +157,11 @@ def test_small_factorizations_are_loops_for_one_scenario_and_small_batches_on_th
     the docstring of looped_factorizations); a batch evaluated entry by entry traces its right-hand side
     unrolled and its diagnostics at the saves with loops (cheaper to compile);
     where loops do not pay (a GPU: options._loops_pay), nothing is looped. The values are the same up to
-    round-off (test_linalg; test_entrywise's single-against-batch check runs both forms)."""
+    round-off (test_linalg; test_entrywise's single-against-batch check runs both forms). (simulate_batch's
+    chunk size is fixed here: "auto" traces the right-hand side once more on its own, unrolled, to count its
+    step's bytes, ``simulation._step_cost``, outside the program.)"""
     seen = []
+    monkeypatch.setattr(simulation, "_step_cost", lambda *args: None)
 
     def mass(q, t, p):
         seen.append(linalg.factorizations_looped())
