@@ -90,3 +90,22 @@ def test_auto_keeps_chunks_of_256_kernel_by_kernel_and_under_differentiation(mon
     assert seen[:2] == [DEFAULT_CPU_CHUNK] * 2 and seen[2] < DEFAULT_CPU_CHUNK
     monkeypatch.setattr(simulation, "cpu_loops_compiled_whole", lambda: False)
     assert _chosen_chunk(system, q0s, qd0s, params) == DEFAULT_CPU_CHUNK
+
+
+def test_step_costs_are_kept_for_a_bounded_number_of_systems(monkeypatch):
+    """The step's bytes are traced once per system, configuration and shapes and kept, at most
+    ``_STEP_COSTS_KEPT`` of them (a script that builds systems in a loop keeps no more), the oldest going
+    first; a system seen again is read back, not traced."""
+    counted = []
+    count = simulation.entry_operations
+    monkeypatch.setattr(simulation, "entry_operations", lambda jaxpr: counted.append(1) or count(jaxpr))
+    monkeypatch.setattr(simulation, "_STEP_COSTS", {})
+    monkeypatch.setattr(simulation, "_STEP_COSTS_KEPT", 2)
+    monkeypatch.setattr(simulation, "cpu_loops_compiled_whole", lambda: True)
+    systems = {links: chain.multibody_system(links) for links in (2, 3, 4)}
+    for links in (2, 3, 2, 4, 3, 2):
+        params = chain.default_params(links)
+        q0, qd0 = chain.initial_state(params)
+        _chosen_chunk(systems[links], q0[None], qd0[None], params)
+    # traced: 2, 3, (2 read back), 4 (2 goes), (3 read back), 2 again
+    assert len(counted) == 4 and len(simulation._STEP_COSTS) == 2

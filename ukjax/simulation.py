@@ -122,6 +122,7 @@ def _evals_per_step(solver) -> tuple[int, int]:
 
 
 _STEP_COSTS: dict = {}  # (system's static part, config, shapes) -> _step_cost
+_STEP_COSTS_KEPT = 256  # entries before the oldest go (a script that builds systems in a loop)
 
 
 def _step_cost(system, config, numbers, q0, qd0, params) -> tuple[int, bool] | None:
@@ -156,6 +157,8 @@ def _step_cost(system, config, numbers, q0, qd0, params) -> tuple[int, bool] | N
     entrywise = config.entrywise_min_batch is not None and not unruled_primitives(closed.jaxpr)
     found = (entry_operations(closed) * jnp.dtype(dtype).itemsize * evals, entrywise)
     if key is not None:
+        if len(_STEP_COSTS) >= _STEP_COSTS_KEPT:
+            del _STEP_COSTS[next(iter(_STEP_COSTS))]
         _STEP_COSTS[key] = found
     return found
 
