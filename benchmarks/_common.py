@@ -96,6 +96,18 @@ def child_json(command: list[str], xla_flags: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def alternating_children(contenders: dict[str, tuple[list[str], str]], rounds: int) -> dict[str, list[dict]]:
+    """``{name: [its child's JSON with "load", one per round]}``: each contender's ``(command, flags)`` run
+    in a fresh process (:func:`child_json`, ``flags`` added to this process's ``XLA_FLAGS``), the contenders
+    one after the other in every round."""
+    runs = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, (command, flags) in contenders.items():
+            xla_flags = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+            runs[name].append({**child_json(command, xla_flags), "load": os.getloadavg()})
+    return runs
+
+
 def cpu_seconds() -> float:
     """User plus system CPU time of this process so far (s)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -136,18 +135,15 @@ def main(argv=None) -> dict:
         print(json.dumps(measure(name, chunk, args.batch, args.steps, args.calls)))
         return {}
     import numpy as np
-    from _common import RunMeter, child_json, write_results
+    from _common import RunMeter, alternating_children, write_results
 
     meter = RunMeter()
     rows = []
     for name in args.models:
-        runs = {k: [] for k in CONTENDERS}
-        for _ in range(args.rounds):
-            for contender, (chunk, flag) in CONTENDERS.items():
-                command = [__file__, "--child", f"{name}:{chunk}", "--batch", str(args.batch), "--steps",
-                           str(args.steps), "--calls", str(args.calls)]  # fmt: skip
-                flags = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-                runs[contender].append({**child_json(command, flags), "load": os.getloadavg()})
+        options = ["--batch", str(args.batch), "--steps", str(args.steps), "--calls", str(args.calls)]
+        children = {k: ([__file__, "--child", f"{name}:{chunk}", *options], flag)
+                    for k, (chunk, flag) in CONTENDERS.items()}  # fmt: skip
+        runs = alternating_children(children, args.rounds)
         final = {k: np.asarray(v[0].pop("final_q")) for k, v in runs.items()}
         for rs in runs.values():
             for r in rs[1:]:

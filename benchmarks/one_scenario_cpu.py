@@ -138,19 +138,15 @@ def main(argv=None) -> dict:
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from _common import child_json, write_results
+    from _common import alternating_children, write_results
 
     load_before = os.getloadavg()
     rows = []
     for name in args.models:
-        runs = {k: [] for k in CONTENDERS}
-        for _ in range(args.rounds):
-            for contender, flag in CONTENDERS.items():
-                child = f"{name}:{int(contender == 'whole_loops')}"
-                command = [__file__, "--child", child, "--steps", str(args.steps), "--dt", str(args.dt),
-                           "--calls", str(args.calls)]  # fmt: skip
-                flags = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-                runs[contender].append({**child_json(command, flags), "load": os.getloadavg()})
+        options = ["--steps", str(args.steps), "--dt", str(args.dt), "--calls", str(args.calls)]
+        children = {k: ([__file__, "--child", f"{name}:{int(k == 'whole_loops')}", *options], flag)
+                    for k, flag in CONTENDERS.items()}  # fmt: skip
+        runs = alternating_children(children, args.rounds)
         final = {k: np.asarray(v[0]["final_q"]) for k, v in runs.items()}
         median = lambda rs, key, field: float(np.median([r[key][field] for r in rs]))  # noqa: E731
         contenders = {

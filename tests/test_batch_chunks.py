@@ -94,13 +94,12 @@ def test_auto_keeps_chunks_of_256_kernel_by_kernel_and_under_differentiation(mon
 
 def test_step_costs_are_kept_for_a_bounded_number_of_systems(monkeypatch):
     """The step's bytes are traced once per system, configuration and shapes and kept, at most
-    ``_STEP_COSTS_KEPT`` of them (a script that builds systems in a loop keeps no more), the oldest going
+    ``kept`` of them (a script that builds systems in a loop keeps no more), the oldest going
     first; a system seen again is read back, not traced."""
     counted = []
     count = simulation.entry_operations
     monkeypatch.setattr(simulation, "entry_operations", lambda jaxpr: counted.append(1) or count(jaxpr))
-    monkeypatch.setattr(simulation, "_STEP_COSTS", {})
-    monkeypatch.setattr(simulation, "_STEP_COSTS_KEPT", 2)
+    monkeypatch.setattr(simulation, "_STEP_COSTS", simulation._PerProgram(kept=2))
     monkeypatch.setattr(simulation, "cpu_loops_compiled_whole", lambda: True)
     systems = {links: chain.multibody_system(links) for links in (2, 3, 4)}
     for links in (2, 3, 2, 4, 3, 2):

@@ -805,6 +805,13 @@ def _analyse_while(eqn, ins, outs) -> set[str]:
     return unruled | cond_unruled | (set() if flag else {"while"})
 
 
+def one_scenario_jaxpr(field, y_one, args_one):
+    """The jaxpr of ``field(t, y, args)`` for one scenario (``y_one``, ``args_one`` without a batch axis:
+    arrays or ``jax.ShapeDtypeStruct``), at a time of the state's dtype."""
+    dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
+    return jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
+
+
 def entry_operations(jaxpr) -> int:
     """About how many operations on entries the jaxpr becomes when evaluated entry by entry with its loops
     unrolled: the entries of every equation's outputs, a ``scan``'s body counted ``length`` times, a

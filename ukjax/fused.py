@@ -437,19 +437,14 @@ def unruled_primitives(field, y_one, args_one) -> set[str]:
     that the entrywise evaluation has no rule for, loops unrolled as the kernel unrolls them (a loop too
     large to unroll, :data:`MAX_ENTRY_OPERATIONS`, is named): empty where the fused kernel can run it
     (:func:`refusal` also says whether it is too large)."""
-    return _unruled(_one_scenario_jaxpr(field, y_one, args_one))[0]
+    return _unruled(_entrywise.one_scenario_jaxpr(field, y_one, args_one))[0]
 
 
 def refusal(field, y_one, args_one) -> str | None:
     """Why the fused kernel does not run ``field(t, y, args)`` (one scenario, as for
     :func:`unruled_primitives`): operations without entry rules, or a right-hand side above
     :data:`MAX_ENTRY_OPERATIONS`; None where it runs it."""
-    return _unruled(_one_scenario_jaxpr(field, y_one, args_one))[1] or None
-
-
-def _one_scenario_jaxpr(field, y_one, args_one):
-    dtype = jnp.result_type(*jax.tree_util.tree_leaves(y_one))
-    return jax.make_jaxpr(field)(jnp.zeros((), dtype), y_one, args_one)
+    return _unruled(_entrywise.one_scenario_jaxpr(field, y_one, args_one))[1] or None
 
 
 MAX_ENTRY_OPERATIONS = 5000

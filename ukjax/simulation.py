@@ -63,7 +63,7 @@ import numpy as np
 
 from ukjax import multibody
 from ukjax._config import cpu_loops_compiled_whole
-from ukjax._entrywise import batched_by_entries, entry_operations, unruled_primitives
+from ukjax._entrywise import batched_by_entries, entry_operations, one_scenario_jaxpr, unruled_primitives
 from ukjax._settings import SMALL_BUFFER_BYTES
 from ukjax.diagnostics import COORDINATE_RESOLUTION as COORDINATE_RESOLUTION
 from ukjax.diagnostics import DEFAULT_CONSISTENCY_RTOL as DEFAULT_CONSISTENCY_RTOL
@@ -121,8 +121,37 @@ def _evals_per_step(solver) -> tuple[int, int]:
     return -1, 0
 
 
-_STEP_COSTS: dict = {}  # (system's static part, config, shapes) -> _step_cost
-_STEP_COSTS_KEPT = 256  # entries before the oldest go (a script that builds systems in a loop)
+class _PerProgram:
+    """What is decided once per program: keyed by everything in ``parts`` (arrays by their shapes and dtypes,
+    the rest as it is; where a part cannot be hashed it is decided at every call), at most ``kept`` of them,
+    the oldest going first (the keys hold systems)."""
+
+    def __init__(self, kept: int = 256):
+        self.kept, self._found = kept, {}
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def get(self, parts, decide):
+        """The value kept for ``parts``, else ``decide()``, kept."""
+        dynamic, static = eqx.partition(parts, eqx.is_array)
+        fixed, fixed_tree = jax.tree_util.tree_flatten(static)
+        shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(dynamic))
+        key = (fixed_tree, tuple(fixed), jax.tree_util.tree_structure(dynamic), shapes)
+        try:
+            return self._found[key]
+        except TypeError:  # a static part that cannot be hashed
+            return decide()
+        except KeyError:
+            pass
+        if len(self._found) >= self.kept:
+            del self._found[next(iter(self._found))]
+        found = self._found[key] = decide()
+        return found
+
+
+_STEP_COSTS = _PerProgram()
+""":func:`_step_cost` per system, configuration and one scenario's shapes."""
 
 
 def _step_cost(system, config, numbers, q0, qd0, params) -> tuple[int, bool] | None:
@@ -138,39 +167,14 @@ def _step_cost(system, config, numbers, q0, qd0, params) -> tuple[int, bool] | N
         return None
     one = lambda x: jax.ShapeDtypeStruct(jnp.shape(x)[1:], jnp.result_type(x))  # noqa: E731
     y_one, p_one = jax.tree_util.tree_map(one, ((q0, qd0), params))
-    dynamic, static = eqx.partition((system, numbers), eqx.is_array)
-    shapes = jax.tree_util.tree_flatten(
-        jax.tree_util.tree_map(lambda x: (jnp.shape(x), str(jnp.result_type(x))), (dynamic, y_one, p_one))
-    )
-    key = (static, config, tuple(shapes[0]), shapes[1])
-    try:
-        return _STEP_COSTS[key]
-    except TypeError:  # a static part that cannot be hashed: traced every time
-        key = None
-    except KeyError:
-        pass
-    dtype = jnp.result_type(q0)
-    with looped_factorizations(False):
-        closed = jax.make_jaxpr(_state_derivative(system, config, numbers))(
-            jax.ShapeDtypeStruct((), dtype), y_one, p_one
-        )
-    entrywise = config.entrywise_min_batch is not None and not unruled_primitives(closed.jaxpr)
-    found = (entry_operations(closed) * jnp.dtype(dtype).itemsize * evals, entrywise)
-    if key is not None:
-        if len(_STEP_COSTS) >= _STEP_COSTS_KEPT:
-            del _STEP_COSTS[next(iter(_STEP_COSTS))]
-        _STEP_COSTS[key] = found
-    return found
 
+    def count():
+        with looped_factorizations(False):
+            closed = one_scenario_jaxpr(_state_derivative(system, config, numbers), y_one, p_one)
+        entrywise = config.entrywise_min_batch is not None and not unruled_primitives(closed.jaxpr)
+        return entry_operations(closed) * jnp.dtype(jnp.result_type(q0)).itemsize * evals, entrywise
 
-def _differentiated(*trees) -> bool:
-    """Whether a leaf is a tracer of JAX's differentiation (``jax.grad``, ``jax.vjp``, ``jax.jvp``,
-    ``jax.jacfwd``): the call is being differentiated."""
-    names = {"JVPTracer", "LinearizeTracer"}
-    return any(
-        isinstance(x, jax.core.Tracer) and any(c.__name__ in names for c in type(x).__mro__)
-        for x in jax.tree_util.tree_leaves(trees)
-    )
+    return _STEP_COSTS.get((system, config, numbers, y_one, p_one), count)
 
 
 def _batch_arguments(arguments: dict):
@@ -182,7 +186,7 @@ def _batch_arguments(arguments: dict):
     9.8 s. Both keep chunks of :data:`DEFAULT_CPU_CHUNK`."""
     config, numbers, q0, qd0, params, chunk_size = _arguments(arguments, batched=True)
     auto = isinstance(arguments["chunk_size"], str) and arguments["chunk_size"] == "auto"
-    differentiated = _differentiated(arguments["system"], q0, qd0, params)
+    differentiated = _traced(arguments["system"], q0, qd0, params, by=_DIFFERENTIATION)
     if auto and chunk_size is not None and not differentiated and cpu_loops_compiled_whole():
         cost = _step_cost(arguments["system"], config, numbers, q0, qd0, params)
         if cost is not None:
@@ -939,10 +943,17 @@ def _fixed_step_stage(
         return _in_chunks(integrate, (q0, qd0, params), chunk_size)
 
 
-def _traced(*trees) -> bool:
+_DIFFERENTIATION = frozenset({"JVPTracer", "LinearizeTracer"})
+"""The tracers of JAX's differentiation (``jax.grad``, ``jax.vjp``, ``jax.jvp``, ``jax.jacfwd``), by name."""
+
+
+def _traced(*trees, by: frozenset | None = None) -> bool:
     """Whether any leaf is a tracer: the call is inside a transformation of the user's (``grad``,
-    ``vmap``)."""
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
+    ``vmap``); with ``by``, a tracer of one of the transformations named (:data:`_DIFFERENTIATION`)."""
+    return any(
+        isinstance(x, jax.core.Tracer) and (by is None or any(c.__name__ in by for c in type(x).__mro__))
+        for x in jax.tree_util.tree_leaves(trees)
+    )
 
 
 def _batch_mesh(devices):
@@ -981,9 +992,8 @@ def _placed(devices, args):
     return (put(system, whole), config, put(numbers, whole), *put((q0, qd0, params), split), last)
 
 
-_SPLIT_SAFELY: dict = {}
+_SPLIT_SAFELY = _PerProgram()
 """Whether a split program may run split, per program (its static parts, argument shapes and devices)."""
-_SPLIT_SAFELY_KEPT = 256
 
 
 def _split_safely(program, devices, args) -> bool:
@@ -993,16 +1003,11 @@ def _split_safely(program, devices, args) -> bool:
     per program."""
     if devices[0].platform != "cpu":
         return True
-    dynamic, static = eqx.partition(args, eqx.is_array)
-    fixed, fixed_tree = jax.tree_util.tree_flatten(static)
-    shapes = tuple((x.shape, str(x.dtype)) for x in jax.tree_util.tree_leaves(dynamic))
-    key = (program, devices, fixed_tree, tuple(fixed), jax.tree_util.tree_structure(dynamic), shapes)
-    try:
-        found = _SPLIT_SAFELY.get(key)
-    except TypeError:  # a static part that cannot be hashed: decided at every call
-        key, found = None, None
-    if found is not None:
-        return found
+    return _SPLIT_SAFELY.get((program, devices, args), lambda: _decide_split(program, devices, args))
+
+
+def _decide_split(program, devices, args) -> bool:
+    """:func:`_split_safely`, decided from the split program's lowering."""
     lapack = lapack_calls(_simulate_spread.lower(program, devices, *args))
     safe = not blocks_on_cpu_pool(devices, lapack)
     if not safe:
@@ -1012,12 +1017,8 @@ def _split_safely(program, devices, args) -> bool:
             f"deadlock when {len(devices)} CPU devices run them at once on one thread pool (jaxlib 0.10); "
             "running the batch on one CPU device instead (the same results)",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=6,  # the user's call: _decide_split, get's lambda, get, _split_safely, simulate_batch
         )
-    if key is not None:
-        if len(_SPLIT_SAFELY) >= _SPLIT_SAFELY_KEPT:  # the keys hold systems: keep a bounded number
-            _SPLIT_SAFELY.clear()
-        _SPLIT_SAFELY[key] = safe
     return safe
 
 
